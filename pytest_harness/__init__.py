@@ -1,0 +1,120 @@
+"""pytest-harness: a durable agent harness runtime and the pytest kit that keeps it honest.
+
+```python
+import pytest_harness as ph
+
+async with ph.load("harness.yaml", env="offline") as harness:
+    result = await harness.run("orders", "Refund $250 on order A-1001.", principal="ann")
+```
+
+Importing the package is cheap: the spec loader, the run loop and the stores are imported when
+first used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_harness.errors import (
+    ApprovalDenied,
+    ArchiveError,
+    HarnessError,
+    LiveModelBlocked,
+    ModelError,
+    ReplayDiverged,
+    ResolutionError,
+    RunAwaitingInput,
+    RunBusy,
+    RunCancelled,
+    RunError,
+    RunFailed,
+    RunLimitReached,
+    RunRefused,
+    ScriptExhausted,
+    SpecError,
+    StoreError,
+    UnknownExecutionKey,
+    UnknownRun,
+    UnknownTask,
+)
+from pytest_harness.runtime.principal import Principal
+from pytest_harness.runtime.results import (
+    ApprovalRequest,
+    Call,
+    PendingTool,
+    RunResult,
+    RunStatus,
+    RunSummary,
+    Usage,
+)
+from pytest_harness.runtime.trace import Decision, ToolCall, Trace
+
+if TYPE_CHECKING:
+    from pytest_harness.models.live import allow_live_models
+    from pytest_harness.runtime.harness import Harness, RunHandle, load
+    from pytest_harness.spec.schema import ReplayPolicy
+    from pytest_harness.tools.context import ToolContext, current_tool_context
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApprovalDenied",
+    "ApprovalRequest",
+    "ArchiveError",
+    "Call",
+    "Decision",
+    "Harness",
+    "HarnessError",
+    "LiveModelBlocked",
+    "ModelError",
+    "PendingTool",
+    "Principal",
+    "ReplayDiverged",
+    "ReplayPolicy",
+    "ResolutionError",
+    "RunAwaitingInput",
+    "RunBusy",
+    "RunCancelled",
+    "RunError",
+    "RunFailed",
+    "RunHandle",
+    "RunLimitReached",
+    "RunRefused",
+    "RunResult",
+    "RunStatus",
+    "RunSummary",
+    "ScriptExhausted",
+    "SpecError",
+    "StoreError",
+    "ToolCall",
+    "ToolContext",
+    "Trace",
+    "UnknownExecutionKey",
+    "UnknownRun",
+    "UnknownTask",
+    "Usage",
+    "allow_live_models",
+    "current_tool_context",
+    "load",
+]
+
+_LAZY = {
+    "Harness": "pytest_harness.runtime.harness",
+    "RunHandle": "pytest_harness.runtime.harness",
+    "load": "pytest_harness.runtime.harness",
+    "ReplayPolicy": "pytest_harness.spec.schema",
+    "ToolContext": "pytest_harness.tools.context",
+    "current_tool_context": "pytest_harness.tools.context",
+    "allow_live_models": "pytest_harness.models.live",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pytest_harness' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

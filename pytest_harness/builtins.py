@@ -1,0 +1,93 @@
+"""The built-in providers, stores and guard checks, registered as a plugin like any other.
+
+Each factory imports its implementation when first used, so loading the plugin is cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from pytest_harness.hookspecs import (
+    GuardCheckFactory,
+    ProviderConfig,
+    ProviderFactory,
+    StoreFactory,
+    hookimpl,
+)
+
+if TYPE_CHECKING:
+    from pytest_harness.models.base import ModelProvider
+    from pytest_harness.runtime.guards import GuardChecker
+    from pytest_harness.spec.schema import GuardSpec, StateSpec
+    from pytest_harness.spec.spec import KeyPath, Spec
+    from pytest_harness.store.base import Store
+
+LIVE_PROVIDERS = ("openai", "anthropic")
+"""Providers a spec may name before their plugin is installed (they call out of the process)."""
+
+
+def _scripted(config: ProviderConfig) -> ModelProvider:
+    from pytest_harness.models.scripted import ScriptedProvider
+
+    return ScriptedProvider.from_config(config)
+
+
+def _function(config: ProviderConfig) -> ModelProvider:
+    from pytest_harness.models.function import FunctionProvider
+
+    return FunctionProvider.from_config(config)
+
+
+def _live(config: ProviderConfig) -> ModelProvider:
+    from pytest_harness.models.live import UninstalledLiveProvider
+
+    return UninstalledLiveProvider(config)
+
+
+def _memory(state: StateSpec, spec: Spec) -> Store:
+    from pytest_harness.store.memory import MemoryStore
+
+    return MemoryStore()
+
+
+def _sqlite(state: StateSpec, spec: Spec) -> Store:
+    from pytest_harness.store.sqlite import SQLiteStore
+
+    return SQLiteStore(
+        spec.resolve(state.path),
+        synchronous=state.synchronous,
+        busy_timeout=state.busy_timeout,
+    )
+
+
+def _guard(check: str) -> GuardCheckFactory:
+    def factory(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+        from pytest_harness.runtime.guards import build_checker
+
+        return build_checker(check, guard, spec, where)
+
+    return factory
+
+
+@hookimpl
+def harness_model_providers() -> Mapping[str, ProviderFactory]:
+    """`scripted` and `function`, plus placeholders for the live providers."""
+    providers: dict[str, ProviderFactory] = {"scripted": _scripted, "function": _function}
+    for name in LIVE_PROVIDERS:
+        providers[name] = _live
+    return providers
+
+
+@hookimpl
+def harness_stores() -> Mapping[str, StoreFactory]:
+    """`memory` and `sqlite`."""
+    return {"memory": _memory, "sqlite": _sqlite}
+
+
+@hookimpl
+def harness_guard_checks() -> Mapping[str, GuardCheckFactory]:
+    """`regex`, `contains`, `max_length`, `json_schema` and `cel`."""
+    return {
+        name: _guard(name) for name in ("regex", "contains", "max_length", "json_schema", "cel")
+    }

@@ -1,0 +1,240 @@
+"""Every error pytest-harness raises on purpose.
+
+```
+HarnessError
+├── SpecError               harness.yaml, a script or a baseline is wrong (file:line key: message)
+├── UnknownRun              no run with that id in the store
+├── UnknownTask             the spec has no task of that name
+├── UnknownExecutionKey     the run has no tool call with that execution key
+├── ResolutionError         a decision that does not fit the state (second answer, unknown approval)
+├── ApprovalDenied          the approver may not answer this approval
+├── RunBusy                 another worker holds the run's lease
+├── ScriptExhausted         a scripted model was asked for a turn its script does not have
+├── LiveModelBlocked        a live model provider was called where live calls are not allowed
+├── ModelError              a model provider failed (rate limit, server error, timeout, refusal)
+├── StoreError              the store cannot do what was asked (locked, stale lease, full disk)
+├── ArchiveError            a recording archive is malformed
+├── ReplayDiverged          a replay asked for something its recording lacks
+└── RunError                raised by `RunResult.raise_for_status()`; carries `.result`
+    ├── RunFailed
+    ├── RunAwaitingInput
+    ├── RunRefused
+    ├── RunLimitReached
+    └── RunCancelled
+```
+
+Every message says what was wrong and with what value, so that one line in a log is enough.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_harness.runtime.results import RunResult
+
+__all__ = [
+    "ApprovalDenied",
+    "ArchiveError",
+    "HarnessError",
+    "LiveModelBlocked",
+    "ModelError",
+    "ReplayDiverged",
+    "ResolutionError",
+    "RunAwaitingInput",
+    "RunBusy",
+    "RunCancelled",
+    "RunError",
+    "RunFailed",
+    "RunLimitReached",
+    "RunRefused",
+    "ScriptExhausted",
+    "SpecError",
+    "StoreError",
+    "UnknownExecutionKey",
+    "UnknownRun",
+    "UnknownTask",
+]
+
+
+class HarnessError(Exception):
+    """Base class of every error pytest-harness raises on purpose."""
+
+
+class SpecError(HarnessError):
+    """A spec, script or baseline file is malformed or inconsistent.
+
+    The message reads `file:line key.path: what is wrong`; the parts are on `.file`, `.line`,
+    `.key` and `.reason` for tools that want them separately.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.file = file
+        self.line = line
+        self.key = key
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = ""
+        if self.file:
+            where = self.file if self.line is None else f"{self.file}:{self.line}"
+        if self.key:
+            where = f"{where} {self.key}" if where else self.key
+        return f"{where}: {self.reason}" if where else self.reason
+
+
+class UnknownRun(HarnessError):
+    """The store holds no run with the given id."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"unknown run {run_id!r}: the store holds no run with this id")
+
+
+class UnknownTask(HarnessError):
+    """The spec has no task of the given name."""
+
+    def __init__(self, task: str, known: list[str]) -> None:
+        self.task = task
+        self.known = known
+        super().__init__(f"unknown task {task!r}{did_you_mean(task, known)}")
+
+
+class UnknownExecutionKey(HarnessError):
+    """The run has no tool call with the given execution key."""
+
+    def __init__(self, run_id: str, execution_key: str) -> None:
+        self.run_id = run_id
+        self.execution_key = execution_key
+        super().__init__(f"run {run_id} has no tool call with execution key {execution_key!r}")
+
+
+class ResolutionError(HarnessError):
+    """A decision that does not fit the state of the run or the tool call."""
+
+
+class ApprovalDenied(HarnessError):
+    """The approver may not answer this approval (missing role, self-approval, other tenant)."""
+
+
+class RunBusy(HarnessError):
+    """Another worker holds a live lease on the run."""
+
+    def __init__(self, run_id: str, owner: str, expires_in: float) -> None:
+        self.run_id = run_id
+        self.owner = owner
+        self.expires_in = expires_in
+        super().__init__(
+            f"run {run_id} is busy: worker {owner!r} holds its lease for another "
+            f"{expires_in:.1f}s; retry after it expires or let that worker finish"
+        )
+
+
+class ScriptExhausted(HarnessError):
+    """A scripted model was asked for a turn beyond the end of its script."""
+
+    def __init__(self, *, task: str, turn: int, length: int, last_request: str) -> None:
+        self.task = task
+        self.turn = turn
+        self.length = length
+        self.last_request = last_request
+        super().__init__(
+            f"script exhausted: task {task!r} asked for turn {turn} but the script has "
+            f"{length} turn{'s' if length != 1 else ''}; last request: {last_request}"
+        )
+
+
+class LiveModelBlocked(HarnessError):
+    """A live model provider was called where live calls are not allowed."""
+
+    def __init__(self, provider: str, model: str) -> None:
+        self.provider = provider
+        self.model = model
+        super().__init__(
+            f"live model blocked: model {model!r} uses provider {provider!r}, and live calls are "
+            "not allowed here; run offline with a scripted model (env 'offline'), or allow live "
+            "calls with --harness-allow-live or pytest_harness.allow_live_models()"
+        )
+
+
+class ModelError(HarnessError):
+    """A model provider failed; `.kind` is `rate_limit`, `server`, `timeout` or `refusal`."""
+
+    RETRYABLE = frozenset({"rate_limit", "server", "timeout"})
+
+    def __init__(self, kind: str, message: str, *, model: str | None = None) -> None:
+        self.kind = kind
+        self.model = model
+        super().__init__(message)
+
+    @property
+    def retryable(self) -> bool:
+        """Whether another attempt may succeed (rate limits, server errors, time-outs)."""
+        return self.kind in self.RETRYABLE
+
+
+class StoreError(HarnessError):
+    """The store could not do what was asked; nothing partial was written."""
+
+
+class ArchiveError(HarnessError):
+    """A recording archive is malformed, tampered with or over a limit."""
+
+
+class ReplayDiverged(HarnessError):
+    """A replay asked for something its recording lacks."""
+
+
+class RunError(HarnessError):
+    """Raised by `RunResult.raise_for_status()` for a run that did not complete; see `.result`."""
+
+    def __init__(self, result: RunResult) -> None:
+        self.result = result
+        detail = ""
+        if result.error:
+            detail = f": {result.error['type']}: {result.error['message']}"
+        elif result.limit:
+            detail = f": limit {result.limit!r} reached"
+        super().__init__(f"run {result.run_id} ({result.task}) ended {result.status.value}{detail}")
+
+
+class RunFailed(RunError):
+    """The run failed (an error it could not recover from)."""
+
+
+class RunAwaitingInput(RunError):
+    """The run waits for an approval or a resolution."""
+
+
+class RunRefused(RunError):
+    """A guard or rule blocked the run."""
+
+
+class RunLimitReached(RunError):
+    """A budget or the deadline ended the run."""
+
+
+class RunCancelled(RunError):
+    """The run was cancelled or paused."""
+
+
+def did_you_mean(value: str, known: Iterable[str]) -> str:
+    """Return ` (did you mean 'x'?)` for the closest known name, else the known names."""
+    from difflib import get_close_matches
+
+    names = sorted(known)
+    close = get_close_matches(value, names, n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    if names:
+        return f" (known: {', '.join(names)})"
+    return ""

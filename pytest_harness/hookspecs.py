@@ -1,0 +1,70 @@
+"""The pluggy hook specs through which packages add providers, stores and guard checks.
+
+A plugin is a module or object with `@hookimpl` functions, advertised under the
+`pytest_harness` entry-point group; the built-ins (`pytest_harness.builtins`) register the same
+way. Each hook returns a mapping of names to factories; the manager merges them and refuses two
+plugins claiming one name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from pytest_harness.models.base import ModelProvider
+    from pytest_harness.runtime.guards import GuardChecker
+    from pytest_harness.spec.schema import GuardSpec, ModelSpec, StateSpec
+    from pytest_harness.spec.spec import KeyPath, Spec
+    from pytest_harness.store.base import Store
+
+__all__ = [
+    "GuardCheckFactory",
+    "ProviderConfig",
+    "ProviderFactory",
+    "StoreFactory",
+    "hookimpl",
+    "hookspec",
+]
+
+PROJECT = "pytest_harness"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderConfig:
+    """What a provider factory is given: the model's name and settings, and the spec."""
+
+    name: str
+    model: ModelSpec
+    spec: Spec
+    key_path: KeyPath
+
+
+ProviderFactory = Callable[[ProviderConfig], "ModelProvider"]
+StoreFactory = Callable[["StateSpec", "Spec"], "Store"]
+GuardCheckFactory = Callable[["GuardSpec", "Spec", "KeyPath"], "GuardChecker"]
+
+
+@hookspec
+def harness_model_providers() -> Mapping[str, ProviderFactory]:  # type: ignore[empty-body]
+    """Model providers by the name a spec's `use:` gives (`scripted`, `openai`, …)."""
+
+
+@hookspec
+def harness_stores() -> Mapping[str, StoreFactory]:  # type: ignore[empty-body]
+    """Stores by the name `state.use:` gives (`memory`, `sqlite`, …)."""
+
+
+@hookspec
+def harness_guard_checks() -> Mapping[str, GuardCheckFactory]:  # type: ignore[empty-body]
+    """Guard checks by the name a guard's `check:` gives (`regex`, `contains`, …)."""
+
+
+@hookspec
+def harness_report_renderers() -> Mapping[str, Callable[..., Any]]:  # type: ignore[empty-body]
+    """Renderers of replay reports by format name (`text`, `rich`, `json`, …)."""

@@ -1,0 +1,131 @@
+"""What a model provider receives and returns, and the protocol it implements.
+
+Providers import this module and nothing of the run loop: the loop imports providers, never
+the reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypedDict
+
+__all__ = [
+    "Message",
+    "ModelProvider",
+    "ModelRequest",
+    "ModelResponse",
+    "ProposedCall",
+    "TokenUsage",
+    "ToolSchema",
+    "estimate_request_tokens",
+    "estimate_tokens",
+]
+
+
+class Message(TypedDict, total=False):
+    """One message of the conversation, in a provider-neutral form.
+
+    `role` is `user`, `assistant` or `tool`. An assistant message may carry `tool_calls`
+    (`[{"id", "name", "args"}]`); a tool message answers one by `tool_call_id`.
+    """
+
+    role: str
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+    tool_call_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSchema:
+    """A tool as the model sees it: name, description and JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """One model call: the system prompt, the conversation so far and the tools on offer.
+
+    `turn` counts the turns this run has already taken with this model (0 for its first),
+    across processes, so a scripted model continues where a resumed run stopped.
+    """
+
+    task: str
+    model: str
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...]
+    run_id: str
+    turn: int
+    input: str
+    attempt_id: str = ""
+
+    def describe(self) -> str:
+        """A short description of the request for error messages."""
+        last = self.messages[-1] if self.messages else None
+        if last is None:
+            return "(no messages)"
+        content = last.get("content") or ""
+        if last.get("role") == "tool":
+            return f"tool result for {last.get('name')}: {content[:80]!r}"
+        return f"{last.get('role')}: {content[:80]!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """Tokens one model answer cost."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProposedCall:
+    """A tool call the model asks for."""
+
+    id: str
+    name: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse:
+    """A model's answer: text, tool calls, or both."""
+
+    text: str | None = None
+    calls: tuple[ProposedCall, ...] = ()
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
+class ModelProvider(Protocol):
+    """Something that answers model requests.
+
+    `live` providers call out of the process; they are blocked where live calls are not
+    allowed (under pytest without `--harness-allow-live`).
+    """
+
+    name: str
+    live: bool
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request, or raise `ModelError` (`.kind` says whether to retry)."""
+        ...
+
+    def retry_delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number `attempt` (1-based)."""
+        ...
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (four characters a token) for providers that report none."""
+    return max(1, (len(text) + 3) // 4) if text else 0
+
+
+def estimate_request_tokens(request: ModelRequest) -> int:
+    """A rough token count of a request's system prompt and messages."""
+    size = len(request.system) + sum(len(m.get("content") or "") for m in request.messages)
+    return max(1, (size + 3) // 4)

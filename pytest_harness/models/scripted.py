@@ -1,0 +1,251 @@
+"""The `scripted` provider: model turns written in advance, for offline runs and tests.
+
+A script is a list of turns (`call`/`calls`/`say`/`usage`/`error`/`delay`), inline in the spec,
+in a YAML file, or given from Python; or a mapping `{match: [{task, input, turns}, ...]}` that
+picks a list of turns by task and input glob. A run's turn is chosen by the number of model
+turns the run has already taken, so a run resumed in another process continues its script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pytest_harness.errors import ModelError, ScriptExhausted, SpecError
+from pytest_harness.hookspecs import ProviderConfig
+from pytest_harness.models.base import (
+    ModelRequest,
+    ModelResponse,
+    ProposedCall,
+    TokenUsage,
+    estimate_request_tokens,
+    estimate_tokens,
+)
+from pytest_harness.spec.schema import Duration
+from pytest_harness.spec.spec import KeyPath, format_key_path
+
+__all__ = ["Script", "ScriptTurn", "ScriptedProvider", "parse_script"]
+
+
+class _CallItem(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    args: dict[str, Any] = {}
+
+
+class _UsageItem(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    input_tokens: int = Field(0, ge=0)
+    output_tokens: int = Field(0, ge=0)
+
+
+TURN_KEYS = ("call", "args", "calls", "say", "usage", "error", "delay")
+
+
+class ScriptTurn(BaseModel):
+    """One scripted model turn."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    call: str | None = None
+    args: dict[str, Any] = {}
+    calls: tuple[_CallItem, ...] | None = None
+    say: str | None = None
+    usage: _UsageItem | None = None
+    error: Literal["rate_limit", "server", "timeout", "refusal"] | None = None
+    delay: Duration = 0.0
+
+    @model_validator(mode="after")
+    def _one_answer(self) -> ScriptTurn:
+        if self.call is not None and self.calls is not None:
+            raise ValueError("a turn has either `call` (one tool call) or `calls` (several)")
+        if self.args and self.call is None:
+            raise ValueError("`args` belongs to `call`; this turn has no `call`")
+        if self.error is not None and (self.call or self.calls or self.say is not None):
+            raise ValueError("an `error` turn cannot also answer with `say` or tool calls")
+        if self.error is None and self.call is None and self.calls is None and self.say is None:
+            raise ValueError("a turn needs one of `say`, `call`, `calls` or `error`")
+        return self
+
+    def proposed_calls(self, turn: int) -> tuple[ProposedCall, ...]:
+        """The tool calls of this turn, with ids stable for the turn number."""
+        if self.call is not None:
+            return (ProposedCall(id=f"call_{turn}_0", name=self.call, args=dict(self.args)),)
+        return tuple(
+            ProposedCall(id=f"call_{turn}_{i}", name=c.name, args=dict(c.args))
+            for i, c in enumerate(self.calls or ())
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    task: str | None
+    input: str | None
+    turns: tuple[ScriptTurn, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """Parsed turns: one list for every run, or lists chosen by task and input."""
+
+    turns: tuple[ScriptTurn, ...] = ()
+    matches: tuple[_Match, ...] | None = None
+
+    def turns_for(self, task: str, text: str) -> tuple[ScriptTurn, ...] | None:
+        """The turns for a run of `task` on input `text`; None when no match entry fits."""
+        if self.matches is None:
+            return self.turns
+        for entry in self.matches:
+            if entry.task is not None and entry.task != task:
+                continue
+            if entry.input is not None and not fnmatch.fnmatchcase(text, entry.input):
+                continue
+            return entry.turns
+        return None
+
+
+ErrorAt = Callable[[str, KeyPath], SpecError]
+"""Builds the `SpecError` for a reason at a key path of the script."""
+
+
+def _python_error(reason: str, path: KeyPath) -> SpecError:
+    return SpecError(reason, file="<script>", key=format_key_path(path) or None)
+
+
+def parse_script(data: Any, *, error: ErrorAt = _python_error) -> Script:
+    """Validate script data (a list of turns or a `match:` mapping) into a `Script`.
+
+    `error` builds the `SpecError` for a problem at a key path of the script, so that it names
+    the script's file and line wherever the script came from.
+    """
+    fail = error
+
+    def turns(items: Any, path: KeyPath) -> tuple[ScriptTurn, ...]:
+        if not isinstance(items, list):
+            raise fail(f"a script is a list of turns, got {type(items).__name__}", path)
+        parsed = []
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise fail(f"a turn is a mapping like {{say: ...}}, got {item!r}", (*path, i))
+            try:
+                parsed.append(ScriptTurn.model_validate(item))
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
+                msg = err["msg"].removeprefix("Value error, ")
+                if err["type"] == "extra_forbidden":
+                    msg = f"unknown key {loc[-1]!r} (a turn has {', '.join(TURN_KEYS)})"
+                elif "input" in err and err["type"] != "value_error":
+                    msg = f"{msg} (got {err['input']!r})"
+                raise fail(msg, (*path, i, *loc)) from None
+        return tuple(parsed)
+
+    if isinstance(data, Mapping):
+        extra = set(data) - {"match"}
+        if extra:
+            raise fail(f"unknown key {sorted(extra)[0]!r}; a script mapping has only `match`", ())
+        entries = data.get("match")
+        if not isinstance(entries, list):
+            raise fail("`match` is a list of {task, input, turns} entries", ("match",))
+        matches = []
+        for i, entry in enumerate(entries):
+            path: KeyPath = ("match", i)
+            if not isinstance(entry, Mapping) or "turns" not in entry:
+                raise fail("a match entry is a mapping with `turns` (and `task`, `input`)", path)
+            unknown = set(entry) - {"task", "input", "turns"}
+            if unknown:
+                raise fail(f"unknown key {sorted(unknown)[0]!r} in a match entry", path)
+            matches.append(
+                _Match(
+                    task=None if entry.get("task") is None else str(entry["task"]),
+                    input=None if entry.get("input") is None else str(entry["input"]),
+                    turns=turns(entry["turns"], (*path, "turns")),
+                )
+            )
+        return Script(matches=tuple(matches))
+    return Script(turns=turns(data, ()))
+
+
+class ScriptedProvider:
+    """Answers each model request with the next turn of its script."""
+
+    name = "scripted"
+    live = False
+
+    def __init__(self, script: Script, *, model_name: str = "scripted") -> None:
+        self.script = script
+        self.model_name = model_name
+
+    @classmethod
+    def from_config(cls, config: ProviderConfig) -> ScriptedProvider:
+        """Build from a model's `script:` (a file relative to the spec, or inline turns)."""
+        where: KeyPath = ("models", config.name, "script")
+        raw = config.model.script
+        if raw is None:
+            raise config.spec.error(
+                "a scripted model needs `script:` (a YAML file or a list of turns)", where[:-1]
+            )
+        if isinstance(raw, str):
+            from pytest_harness.spec.yamlio import read_yaml
+
+            doc = read_yaml(config.spec.resolve(raw))
+            return cls(parse_script(doc.data, error=doc.error), model_name=config.name)
+        spec = config.spec
+        script = parse_script(raw, error=lambda reason, path: spec.error(reason, where + path))
+        return cls(script, model_name=config.name)
+
+    @classmethod
+    def from_turns(cls, turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> ScriptedProvider:
+        """Build from turns given in Python (`[{"say": "hi"}]` or `ph.testing.say("hi")`)."""
+        data = list(turns) if not isinstance(turns, Mapping) else turns
+        return cls(parse_script(data))
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer with turn number `request.turn` of the run's script."""
+        turns = self.script.turns_for(request.task, request.input)
+        if turns is None:
+            raise ScriptExhausted(
+                task=request.task,
+                turn=request.turn + 1,
+                length=0,
+                last_request=f"no `match` entry fits task {request.task!r} and input "
+                f"{request.input!r}",
+            )
+        if request.turn >= len(turns):
+            raise ScriptExhausted(
+                task=request.task,
+                turn=request.turn + 1,
+                length=len(turns),
+                last_request=request.describe(),
+            )
+        turn = turns[request.turn]
+        if turn.delay:
+            await asyncio.sleep(turn.delay)
+        if turn.error is not None:
+            raise ModelError(
+                turn.error,
+                f"scripted {turn.error} error at turn {request.turn + 1} of task {request.task!r}",
+                model=self.model_name,
+            )
+        calls = turn.proposed_calls(request.turn)
+        usage = _usage(turn, request, calls)
+        return ModelResponse(text=turn.say, calls=calls, usage=usage)
+
+    def retry_delay(self, attempt: int) -> float:
+        """Scripted errors are retried at once: waiting would only slow the tests down."""
+        return 0.0
+
+
+def _usage(turn: ScriptTurn, request: ModelRequest, calls: tuple[ProposedCall, ...]) -> TokenUsage:
+    if turn.usage is not None:
+        return TokenUsage(turn.usage.input_tokens, turn.usage.output_tokens)
+    answer = turn.say or ""
+    if calls:
+        answer += json.dumps([{"name": c.name, "args": dict(c.args)} for c in calls])
+    return TokenUsage(estimate_request_tokens(request), estimate_tokens(answer))

@@ -1,0 +1,58 @@
+"""The plugin manager: hook specs, entry points, and the built-ins registered like any plugin."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+import pluggy
+
+from pytest_harness import hookspecs
+from pytest_harness.errors import HarnessError
+
+__all__ = ["Registry", "plugin_manager", "registry"]
+
+T = TypeVar("T")
+
+
+@functools.cache
+def plugin_manager() -> pluggy.PluginManager:
+    """The process's plugin manager, with entry-point plugins and the built-ins loaded."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.load_setuptools_entrypoints(hookspecs.PROJECT)
+    from pytest_harness import builtins
+
+    if not pm.is_registered(builtins):  # running from a source tree without entry points
+        pm.register(builtins, name="builtins")
+    pm.check_pending()
+    return pm
+
+
+class Registry:
+    """Names offered by plugins for one hook, merged; a name claimed twice is an error."""
+
+    def __init__(self, what: str, results: Iterable[Mapping[str, T]]) -> None:
+        self.what = what
+        self._items: dict[str, object] = {}
+        for mapping in results:
+            for name, factory in mapping.items():
+                if name in self._items and self._items[name] is not factory:
+                    raise HarnessError(f"two plugins provide the {what} {name!r}")
+                self._items[name] = factory
+
+    def get(self, name: str) -> object | None:
+        """The factory registered under `name`, if any."""
+        return self._items.get(name)
+
+    def names(self) -> list[str]:
+        """Every registered name, sorted."""
+        return sorted(self._items)
+
+
+@functools.cache
+def registry(hook: str) -> Registry:
+    """The merged results of one collecting hook (`harness_stores`, …)."""
+    caller = getattr(plugin_manager().hook, hook)
+    return Registry(hook.removeprefix("harness_").replace("_", " ").rstrip("s"), caller())

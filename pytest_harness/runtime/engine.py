@@ -1,0 +1,537 @@
+"""The run loop (DESIGN §5): model step, guards, rules, approvals, tools, limits.
+
+One `Driver` drives one run from its last committed state until it ends or suspends. Every
+boundary is committed before the next begins, fenced by the worker's lease token:
+
+* a tool's dispatch intent (with its execution key) before the tool is invoked, together with
+  the model answer that proposed it;
+* the tool's raw result right after it returns;
+* a suspension (with its approval requests) or the end of the run.
+
+What happens between two commits is recomputed from the last one after a crash: a model answer
+that was never committed is asked for again (a new attempt), guards on a committed result run
+again, and a committed result is never produced twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_harness.errors import HarnessError, LiveModelBlocked, ModelError, StoreError
+from pytest_harness.models.base import Message, ModelRequest, ModelResponse
+from pytest_harness.models.live import live_models_allowed
+from pytest_harness.runtime.guards import GuardContext, apply_guards
+from pytest_harness.runtime.plan import ModelLink, TaskPlan
+from pytest_harness.runtime.principal import Principal
+from pytest_harness.runtime.results import RunResult, RunStatus
+from pytest_harness.runtime.rules import evaluate_rules
+from pytest_harness.runtime.state import RunState, result_from_state
+from pytest_harness.runtime.trace import Decision
+from pytest_harness.spec.schema import Effect, ReplayPolicy
+from pytest_harness.store.base import EventDraft, NewApproval, RunRecord, Store
+from pytest_harness.tools.context import ToolContext
+
+if TYPE_CHECKING:
+    from pytest_harness.tools.registry import ToolOutcome
+
+__all__ = ["Driver", "args_digest", "execution_key"]
+
+
+def execution_key(run_id: str, step: int, index: int) -> str:
+    """The stable key of call `index` of model step `step` in a run."""
+    digest = hashlib.blake2b(f"{run_id}:{step}:{index}".encode(), digest_size=16).hexdigest()
+    return f"exk_{digest}"
+
+
+def args_digest(args: Mapping[str, Any]) -> str:
+    """A digest of tool arguments in canonical JSON, binding an approval to what was asked."""
+    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class _Deadline(Exception):
+    """The run's deadline passed while waiting on a model or a tool."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriveContext:
+    """What a driver needs from the harness."""
+
+    store: Store
+    owner: str
+    lease: float
+    renew: bool
+
+
+class Driver:
+    """Drives one run from its stored state to an end or a suspension."""
+
+    def __init__(self, ctx: DriveContext, plan: TaskPlan, record: RunRecord, token: int) -> None:
+        self.ctx = ctx
+        self.plan = plan
+        self.record = record
+        self.token = token
+        self.state = RunState.from_dict(record.state)
+        self.status = RunStatus(record.status)
+        self.principal = Principal.from_dict(dict(record.principal))
+        self.principal_vars = self.principal.to_dict()
+        self.labels = dict(record.labels)
+        self.history: list[Message] = []
+        self._started = time.monotonic()
+        self._elapsed0 = self.state.elapsed
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def drive(self, history: list[Message]) -> RunResult:
+        """Run until the run ends or waits; return its result as committed."""
+        self.history = history
+        renewer = None
+        if self.ctx.renew:
+            renewer = asyncio.create_task(self._renew_lease())
+        try:
+            return await self._loop()
+        except (StoreError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # a bug in a plugin or in user code outside a tool
+            return await self._end(
+                RunStatus.FAILED, error={"type": type(exc).__name__, "message": str(exc)}
+            )
+        finally:
+            if renewer is not None:
+                renewer.cancel()
+
+    async def _loop(self) -> RunResult:
+        state = self.state
+        if self.status is not RunStatus.RUNNING:
+            self.status = RunStatus.RUNNING
+        if state.phase == "start":
+            refused = await self._check_input()
+            if refused is not None:
+                return refused
+        while True:
+            if state.phase == "model":
+                result = await self._model_step()
+            else:
+                result = await self._tool_step()
+            if result is not None:
+                return result
+
+    async def _check_input(self) -> RunResult | None:
+        text = self.record.input
+        outcome = apply_guards(self.plan.guards, text, self._guard_context("input"), step=0)
+        self._decide(*outcome.decisions)
+        if outcome.blocked_by is not None:
+            return await self._end(
+                RunStatus.REFUSED, error={"type": "GuardBlocked", "message": outcome.reason}
+            )
+        self.state.messages.append({"role": "user", "content": outcome.text})
+        self.state.phase = "model"
+        return None
+
+    # -- model ------------------------------------------------------------------------------
+
+    async def _model_step(self) -> RunResult | None:
+        state, budget = self.state, self.plan.budget
+        if budget.steps is not None and state.steps >= budget.steps:
+            return await self._limit("steps", budget.steps, state.steps)
+        try:
+            link, response = await self._ask_models()
+        except _Deadline:
+            return await self._limit_deadline()
+        except ModelError as exc:
+            return await self._end(
+                RunStatus.FAILED, error={"type": "ModelError", "message": str(exc)}
+            )
+        except HarnessError as exc:
+            return await self._end(
+                RunStatus.FAILED, error={"type": type(exc).__name__, "message": str(exc)}
+            )
+        usage = response.usage
+        price = link.spec.price
+        state.tokens_in += usage.input_tokens
+        state.tokens_out += usage.output_tokens
+        state.usd += (
+            usage.input_tokens * price.input_per_mtok + usage.output_tokens * price.output_per_mtok
+        ) / 1_000_000
+        state.steps += 1
+        step = state.steps
+        calls = [{"name": c.name, "args": dict(c.args)} for c in response.calls]
+        self._decide(Decision(step, "model", link.name, {"text": response.text, "calls": calls}))
+        spent_tokens = state.tokens_in + state.tokens_out
+        if budget.tokens is not None and spent_tokens > budget.tokens:
+            return await self._limit("tokens", budget.tokens, spent_tokens)
+        if budget.usd is not None and state.usd > budget.usd:
+            return await self._limit("usd", budget.usd, round(state.usd, 6))
+        text = response.text
+        if text:
+            outcome = apply_guards(self.plan.guards, text, self._guard_context("output"), step=step)
+            self._decide(*outcome.decisions)
+            if outcome.blocked_by is not None:
+                return await self._end(
+                    RunStatus.REFUSED, error={"type": "GuardBlocked", "message": outcome.reason}
+                )
+            text = outcome.text
+        message: Message = {"role": "assistant", "content": text}
+        if response.calls:
+            message["tool_calls"] = [
+                {"id": c.id, "name": c.name, "args": dict(c.args)} for c in response.calls
+            ]
+        state.messages.append(message)
+        if not response.calls:
+            state.output = text or ""
+            return await self._end(RunStatus.COMPLETED)
+        return await self._plan_calls(response, step)
+
+    async def _ask_models(self) -> tuple[ModelLink, ModelResponse]:
+        """Ask the task's model, retrying and then falling back; every attempt is a turn."""
+        state = self.state
+        last: ModelError | None = None
+        for link in self.plan.models:
+            if link.provider.live and not live_models_allowed():
+                raise LiveModelBlocked(link.provider.name, link.name)
+            for attempt in range(link.spec.retries + 1):
+                if attempt:
+                    await self._sleep(link.provider.retry_delay(attempt))
+                request = self._request(link)
+                state.turns[link.name] = request.turn + 1
+                try:
+                    return link, await self._within_deadline(
+                        link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+                    )
+                except ModelError as exc:
+                    self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
+                    last = exc
+                    if not exc.retryable:
+                        raise
+        assert last is not None
+        tried = ", ".join(link.name for link in self.plan.models)
+        raise ModelError(last.kind, f"every model failed (tried {tried}); last error: {last}")
+
+    def _request(self, link: ModelLink) -> ModelRequest:
+        return ModelRequest(
+            task=self.plan.name,
+            model=link.name,
+            system=self.plan.spec.prompt,
+            messages=(*self.history, *self.state.messages),
+            tools=self.plan.schemas,
+            run_id=self.record.run_id,
+            turn=self.state.turns.get(link.name, 0),
+            input=self.record.input,
+            attempt_id=f"att_{uuid.uuid4().hex}",
+        )
+
+    async def _plan_calls(self, response: ModelResponse, step: int) -> RunResult | None:
+        """Decide every proposed call with the rules; suspend when one needs an approval."""
+        state = self.state
+        run_id = self.record.run_id
+        approvals: list[NewApproval] = []
+        state.calls = []
+        for index, proposed in enumerate(response.calls):
+            key = execution_key(run_id, step, index)
+            call: dict[str, Any] = {
+                "id": proposed.id,
+                "name": proposed.name,
+                "args": dict(proposed.args),
+                "key": key,
+                "status": "planned",
+                "attempt": 0,
+            }
+            if proposed.name not in self.plan.tools:
+                call["verdict"] = "unknown"
+            else:
+                verdict = evaluate_rules(
+                    self.plan.rules, self._rule_variables(proposed.name, proposed.args), step=step
+                )
+                self._decide(*verdict.decisions)
+                call["verdict"] = verdict.effect.value
+                if verdict.rule is not None:
+                    call["rule"] = verdict.rule.id
+                    call["message"] = verdict.rule.message
+                if verdict.effect is Effect.APPROVE:
+                    assert verdict.rule is not None
+                    call["approval_id"] = "apr_" + key.removeprefix("exk_")
+                    call["approvers"] = list(verdict.rule.approvers)
+                    call["self_approve"] = verdict.rule.self_approve
+                    call["requested_by"] = self.principal.id
+                    call["decision"] = None
+                    approvals.append(
+                        NewApproval(
+                            approval_id=call["approval_id"],
+                            execution_key=key,
+                            args_digest=args_digest(proposed.args),
+                            tool=proposed.name,
+                            args=dict(proposed.args),
+                            rule_id=verdict.rule.id,
+                            approvers=tuple(verdict.rule.approvers),
+                            requested_by=self.principal.id,
+                            self_approve=verdict.rule.self_approve,
+                        )
+                    )
+            state.calls.append(call)
+        state.phase = "tools"
+        if not approvals:
+            return None
+        events = [
+            EventDraft(
+                "approval_required",
+                {"approval_id": a.approval_id, "tool": a.tool, "rule": a.rule_id},
+            )
+            for a in approvals
+        ]
+        return await self._suspend(RunStatus.AWAITING_APPROVAL, events, approvals)
+
+    # -- tools ------------------------------------------------------------------------------
+
+    async def _tool_step(self) -> RunResult | None:
+        """Carry the current answer's calls to an outcome each, then answer the model."""
+        state = self.state
+        for call in state.calls:
+            if call["status"] == "done":
+                continue
+            verdict = call["verdict"]
+            if verdict == "approve" and call.get("decision") is None:
+                return await self._suspend(RunStatus.AWAITING_APPROVAL, [], [])
+            if verdict == "unknown":
+                offered = ", ".join(sorted(self.plan.tools)) or "none"
+                self._settle(
+                    call,
+                    "unknown",
+                    f"Error: there is no tool named {call['name']!r} (tools: {offered})",
+                )
+            elif verdict == "deny":
+                text = call.get("message") or f"Denied: rule {call.get('rule')} forbids this call"
+                self._settle(call, "denied", text)
+            elif verdict == "approve" and call["decision"] == "decline":
+                self._settle(call, "declined", "Permission denied")
+            else:
+                result = await self._invoke(call)
+                if result is not None:
+                    return result
+        return await self._answer_tools()
+
+    async def _invoke(self, call: dict[str, Any]) -> RunResult | None:
+        state, budget = self.state, self.plan.budget
+        tool = self.plan.tools[call["name"]]
+        if call["status"] == "dispatched" and tool.spec.replay is ReplayPolicy.MANUAL:
+            call["status"] = "uncertain"
+            event = EventDraft(
+                "recovery_required", {"execution_key": call["key"], "tool": call["name"]}
+            )
+            return await self._suspend(RunStatus.AWAITING_RESOLUTION, [event], [])
+        if budget.tool_calls is not None and state.tool_calls >= budget.tool_calls:
+            return await self._limit("tool_calls", budget.tool_calls, state.tool_calls)
+        remaining = self._remaining()
+        if remaining is not None and remaining <= 0:
+            return await self._limit_deadline()
+        call["status"] = "dispatched"
+        call["attempt"] += 1
+        await self._commit(
+            [EventDraft("tool_call_start", {"execution_key": call["key"], "tool": call["name"]})]
+        )
+        context = ToolContext(
+            tool=call["name"],
+            execution_key=call["key"],
+            run_id=self.record.run_id,
+            principal=self.principal,
+            attempt=call["attempt"],
+        )
+        outcome = await tool.invoke(call["args"], context, overall_timeout=self._remaining())
+        state.tool_calls += 1
+        call["status"] = "done"
+        call["outcome"] = outcome.to_dict()
+        self._tool_decision(call, outcome)
+        await self._commit(
+            [
+                EventDraft(
+                    "tool_result",
+                    {"execution_key": call["key"], "tool": call["name"], "ok": outcome.ok},
+                )
+            ]
+        )
+        if outcome.kind == "deadline":
+            return await self._limit_deadline()
+        return None
+
+    def _settle(self, call: dict[str, Any], outcome: str, text: str) -> None:
+        """Give a call that will not run its outcome (denied, declined, unknown tool)."""
+        call["status"] = "done"
+        call["outcome"] = {"ok": False, "kind": outcome, "value": None, "text": text, "error": None}
+        detail = {"args": call["args"], "outcome": outcome}
+        self._decide(Decision(self.state.steps, "tool", call["name"], detail))
+
+    def _tool_decision(self, call: dict[str, Any], outcome: ToolOutcome) -> None:
+        detail: dict[str, Any] = {"args": call["args"], "outcome": outcome.kind}
+        if outcome.ok:
+            detail["result"] = outcome.value
+        else:
+            detail["error"] = outcome.text
+        self._decide(Decision(self.state.steps, "tool", call["name"], detail))
+
+    async def _answer_tools(self) -> RunResult | None:
+        """Turn every settled call into a tool message, through the tool-result guards."""
+        state = self.state
+        for call in state.calls:
+            text = call["outcome"]["text"]
+            if call["outcome"]["kind"] in ("ok", "error"):
+                context = self._guard_context("tool_result", call["name"], call["args"])
+                outcome = apply_guards(self.plan.guards, text, context, step=state.steps)
+                self._decide(*outcome.decisions)
+                if outcome.blocked_by is not None:
+                    return await self._end(
+                        RunStatus.REFUSED, error={"type": "GuardBlocked", "message": outcome.reason}
+                    )
+                text = outcome.text
+            state.messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "name": call["name"], "content": text}
+            )
+        state.calls = []
+        state.phase = "model"
+        return None
+
+    # -- endings and commits ----------------------------------------------------------------
+
+    async def _limit(self, which: str, limit: float, spent: float) -> RunResult:
+        self._decide(Decision(self.state.steps, "limit", which, {"limit": limit, "spent": spent}))
+        self.state.limit = which
+        return await self._end(RunStatus.LIMITED)
+
+    async def _limit_deadline(self) -> RunResult:
+        deadline = self.plan.spec.deadline or 0.0
+        return await self._limit("deadline", deadline, round(self._elapsed(), 3))
+
+    async def _end(self, status: RunStatus, *, error: dict[str, str] | None = None) -> RunResult:
+        state = self.state
+        state.phase = "ended"
+        state.error = error
+        self.status = status
+        self._decide(Decision(state.steps, "output", "output", {"status": status.value}))
+        events = []
+        if status is RunStatus.COMPLETED:
+            events.append(EventDraft("text_complete", {"text": state.output}))
+        events.append(EventDraft("status_changed", {"status": status.value}))
+        events.append(EventDraft("run_result", {"status": status.value}))
+        await self._commit(events)
+        return self.result()
+
+    async def _suspend(
+        self, status: RunStatus, events: list[EventDraft], approvals: list[NewApproval]
+    ) -> RunResult:
+        self.status = status
+        events.append(EventDraft("status_changed", {"status": status.value}))
+        await self._commit(events, approvals)
+        return self.result()
+
+    async def _commit(
+        self, events: list[EventDraft], approvals: list[NewApproval] | None = None
+    ) -> None:
+        self.state.elapsed = self._elapsed()
+        await self.ctx.store.commit(
+            self.record.run_id,
+            self.token,
+            status=self.status.value,
+            state=self.state.to_dict(),
+            events=events,
+            approvals=approvals or (),
+            lease_ttl=self.ctx.lease if self.ctx.renew else None,
+        )
+
+    def result(self) -> RunResult:
+        """The run's result as of the last commit."""
+        record = self.record
+        return result_from_state(
+            run_id=record.run_id,
+            session_id=record.session_id,
+            task=record.task,
+            status=self.status.value,
+            state=self.state.to_dict(),
+            labels=self.labels,
+        )
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _decide(self, *decisions: Decision) -> None:
+        self.state.trace.extend(d.to_dict() for d in decisions)
+
+    def _guard_context(
+        self, on: str, tool: str | None = None, args: Mapping[str, Any] | None = None
+    ) -> GuardContext:
+        return GuardContext(
+            on=on,
+            task=self.plan.name,
+            principal=self.principal_vars,
+            labels=self.labels,
+            tool=tool,
+            args=args or {},
+        )
+
+    def _rule_variables(self, tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "tool": tool,
+            "args": dict(args),
+            "task": self.plan.name,
+            "principal": self.principal_vars,
+            "step": self.state.steps,
+            "spent": self.state.spent(),
+            "labels": self.labels,
+        }
+
+    def _elapsed(self) -> float:
+        return self._elapsed0 + (time.monotonic() - self._started)
+
+    def _remaining(self) -> float | None:
+        deadline = self.plan.spec.deadline
+        return None if deadline is None else deadline - self._elapsed()
+
+    async def _within_deadline(self, awaitable: Any, timeout: float | None, what: str) -> Any:
+        remaining = self._remaining()
+        if remaining is not None and remaining <= 0:
+            awaitable.close()
+            raise _Deadline
+        limits = [t for t in (remaining, timeout) if t is not None]
+        if not limits:
+            return await awaitable
+        try:
+            async with asyncio.timeout(min(limits)):
+                return await awaitable
+        except TimeoutError:
+            if remaining is not None and (timeout is None or remaining <= timeout):
+                raise _Deadline from None
+            raise ModelError("timeout", f"{what} did not answer within {timeout}s") from None
+
+    async def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            remaining = self._remaining()
+            if remaining is not None and seconds >= remaining:
+                raise _Deadline
+            await asyncio.sleep(seconds)
+
+    async def _renew_lease(self) -> None:
+        """Extend the lease about every third of its length while the run is driven.
+
+        When another worker has taken the run over, renewal stops; this worker's next commit
+        is then rejected by its stale fencing token and the run stops here.
+        """
+        interval = self.ctx.lease / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.ctx.store.renew_lease(self.record.run_id, self.token, self.ctx.lease)
+            except StoreError:
+                return
+
+    def apply_decisions(self, decided: Mapping[str, tuple[str, str]]) -> None:
+        """Bring approval answers (`approval_id → (decision, approver)`) into the state."""
+        for call in self.state.calls:
+            approval_id = call.get("approval_id")
+            if approval_id is not None and approval_id in decided and call.get("decision") is None:
+                decision, approver = decided[approval_id]
+                call["decision"] = decision
+                detail = {"decision": decision, "approver": approver, "rule": call.get("rule")}
+                self._decide(Decision(self.state.steps, "approval", call["name"], detail))

@@ -1,0 +1,247 @@
+"""Guards: checks on a run's input, its output and tool results, and what they do when they fire.
+
+A checker is built once per guard when the harness loads (bad parameters are `SpecError`s at the
+guard's line) and then called with a text and its context. `apply_guards` runs a chain: each
+guard sees the text as the guards before it left it; `redact` rewrites it, `warn` only records,
+`block` stops the chain.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pytest_harness.cel import CelError
+from pytest_harness.runtime.trace import Decision
+from pytest_harness.spec.schema import GuardAction, GuardSpec
+from pytest_harness.spec.spec import KeyPath, Spec
+
+__all__ = [
+    "REDACTED",
+    "GuardChecker",
+    "GuardContext",
+    "GuardHit",
+    "GuardOutcome",
+    "apply_guards",
+    "build_checker",
+]
+
+REDACTED = "[REDACTED]"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardContext:
+    """What a guard may look at besides the text."""
+
+    on: str
+    task: str
+    principal: Mapping[str, Any]
+    labels: Mapping[str, str]
+    tool: str | None = None
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def variables(self, text: str) -> dict[str, Any]:
+        """The variables of a `cel` guard."""
+        return {
+            "text": text,
+            "on": self.on,
+            "task": self.task,
+            "tool": self.tool or "",
+            "args": dict(self.args),
+            "principal": dict(self.principal),
+            "labels": dict(self.labels),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GuardHit:
+    """A check that fired: the text as `redact` would leave it, and why it fired."""
+
+    redacted: str
+    reason: str = ""
+
+
+class GuardChecker(Protocol):
+    """A built guard check: returns a hit when the text trips it, else None."""
+
+    def __call__(self, text: str, context: GuardContext) -> GuardHit | None:
+        """Check `text`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class GuardOutcome:
+    """The text after a chain of guards, their decisions, and the guard that blocked, if any."""
+
+    text: str
+    decisions: tuple[Decision, ...] = ()
+    blocked_by: GuardSpec | None = None
+    reason: str = ""
+
+
+def apply_guards(
+    guards: Sequence[tuple[GuardSpec, GuardChecker]],
+    text: str,
+    context: GuardContext,
+    *,
+    step: int,
+) -> GuardOutcome:
+    """Run the guards that watch `context.on` over `text`, in order."""
+    decisions: list[Decision] = []
+    for guard, checker in guards:
+        if guard.on.value != context.on:
+            continue
+        if guard.tools is not None and context.tool not in guard.tools:
+            continue
+        hit = checker(text, context)
+        if hit is None:
+            continue
+        detail: dict[str, Any] = {"on": context.on, "action": guard.action.value}
+        if context.tool:
+            detail["tool"] = context.tool
+        if hit.reason:
+            detail["reason"] = hit.reason
+        decisions.append(Decision(step, "guard", guard.id, detail))
+        if guard.action is GuardAction.BLOCK:
+            reason = guard.message or f"guard {guard.id} blocked the {context.on.replace('_', ' ')}"
+            return GuardOutcome(text, tuple(decisions), guard, reason)
+        if guard.action is GuardAction.REDACT:
+            text = hit.redacted
+    return GuardOutcome(text, tuple(decisions))
+
+
+def build_checker(check: str, guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+    """Build the built-in check `check` for `guard`; bad parameters are `SpecError`s."""
+    builders: dict[str, Callable[[GuardSpec, Spec, KeyPath], GuardChecker]] = {
+        "regex": _regex,
+        "contains": _contains,
+        "max_length": _max_length,
+        "json_schema": _json_schema,
+        "cel": _cel,
+    }
+    return builders[check](guard, spec, where)
+
+
+def build_callable_checker(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+    """A guard whose `check` is `pkg.mod:fn`, called as `fn(text, context)`.
+
+    The function returns something falsy (no hit), `True` (hit; `redact` replaces the whole
+    text) or a string (hit; the text as `redact` should leave it).
+    """
+    from pytest_harness.importing import import_callable
+
+    fn = import_callable(guard.check, spec=spec, where=(*where, "check"))
+
+    def check(text: str, context: GuardContext) -> GuardHit | None:
+        verdict = fn(text, context)
+        if not verdict:
+            return None
+        if isinstance(verdict, str):
+            return GuardHit(verdict)
+        return GuardHit(REDACTED)
+
+    return check
+
+
+def _need(guard: GuardSpec, spec: Spec, where: KeyPath, key: str, value: Any) -> Any:
+    if value is None:
+        raise spec.error(f"a {guard.check} guard needs `{key}`", where)
+    return value
+
+
+def _flags(guard: GuardSpec) -> int:
+    return re.IGNORECASE if guard.ignore_case else 0
+
+
+def _regex(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+    pattern = _need(guard, spec, where, "pattern", guard.pattern)
+    try:
+        compiled = re.compile(pattern, _flags(guard))
+    except re.error as exc:
+        raise spec.error(
+            f"bad regex {pattern!r}: {exc.msg} at position {exc.pos}", (*where, "pattern")
+        ) from None
+
+    def check(text: str, context: GuardContext) -> GuardHit | None:
+        if compiled.search(text) is None:
+            return None
+        return GuardHit(compiled.sub(REDACTED, text), f"matched {pattern!r}")
+
+    return check
+
+
+def _contains(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+    raw = _need(guard, spec, where, "text", guard.text)
+    needles = (raw,) if isinstance(raw, str) else tuple(raw)
+    if not needles or any(not n for n in needles):
+        raise spec.error("`text` must be a non-empty string or list of them", (*where, "text"))
+    compiled = re.compile("|".join(re.escape(n) for n in needles), _flags(guard))
+
+    def check(text: str, context: GuardContext) -> GuardHit | None:
+        found = compiled.search(text)
+        if found is None:
+            return None
+        return GuardHit(compiled.sub(REDACTED, text), f"contains {found.group(0)!r}")
+
+    return check
+
+
+def _max_length(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+    limit = _need(guard, spec, where, "max", guard.max)
+
+    def check(text: str, context: GuardContext) -> GuardHit | None:
+        if len(text) <= limit:
+            return None
+        return GuardHit(text[:limit], f"{len(text)} characters, more than {limit}")
+
+    return check
+
+
+def _json_schema(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+    import jsonschema
+
+    raw = _need(guard, spec, where, "schema", guard.schema_)
+    schema: Any = raw
+    if isinstance(raw, str):
+        from pytest_harness.spec.yamlio import read_yaml
+
+        schema = read_yaml(spec.resolve(raw)).data
+    if not isinstance(schema, dict):
+        raise spec.error("`schema` must be a mapping or a JSON/YAML file holding one", where)
+    validator_cls = jsonschema.validators.validator_for(schema)
+    try:
+        validator_cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise spec.error(f"invalid JSON schema: {exc.message}", (*where, "schema")) from None
+    validator = validator_cls(schema)
+
+    def check(text: str, context: GuardContext) -> GuardHit | None:
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            return GuardHit(REDACTED, f"not JSON: {exc}")
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        if error is None:
+            return None
+        at = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        return GuardHit(REDACTED, f"{at}: {error.message}")
+
+    return check
+
+
+def _cel(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+    program = spec.guard_programs.get(guard.id)
+    if program is None:
+        raise spec.error("a cel guard needs `when` (a CEL expression over `text`)", where)
+
+    def check(text: str, context: GuardContext) -> GuardHit | None:
+        try:
+            fired = program.evaluate(context.variables(text))
+        except CelError as exc:  # fail closed: a guard that cannot decide fires
+            return GuardHit(REDACTED, f"error: {exc}")
+        return GuardHit(REDACTED, f"{guard.when} is true") if fired is True else None
+
+    return check

@@ -1,0 +1,175 @@
+"""A run's checkpoint: what the store keeps so that any process can continue the run.
+
+The state is plain JSON: the run's messages, the model turns taken, what it spent, the active
+time used against its deadline, its trace, and the tool calls of the current model answer with
+how far each got (`planned` → `dispatched` → `done`). `result_from_state` turns it into the
+`RunResult` callers see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_harness.models.base import Message
+from pytest_harness.runtime.results import (
+    ApprovalRequest,
+    Call,
+    PendingTool,
+    RunResult,
+    RunStatus,
+    Usage,
+)
+from pytest_harness.runtime.trace import Trace
+
+__all__ = ["RunState", "result_from_state"]
+
+STATE_VERSION = 1
+
+
+@dataclass(slots=True, kw_only=True)
+class RunState:
+    """The mutable checkpoint of one run while a worker drives it."""
+
+    phase: str = "start"
+    """`start` (input not yet checked), `model`, `tools`, or `ended`."""
+    messages: list[Message] = field(default_factory=list)
+    turns: dict[str, int] = field(default_factory=dict)
+    """Turns requested from each model so far, failed attempts included (scripts are indexed
+    by it, so a fallback model's script starts at its own first turn)."""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    usd: float = 0.0
+    steps: int = 0
+    tool_calls: int = 0
+    elapsed: float = 0.0
+    """Active seconds spent, counted against the deadline; waiting for a person is not."""
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    """Tool calls of the current model answer: id, name, args, key, verdict, status, outcome…"""
+    output: str | None = None
+    error: dict[str, str] | None = None
+    limit: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the store keeps."""
+        return {
+            "v": STATE_VERSION,
+            "phase": self.phase,
+            "messages": self.messages,
+            "turns": self.turns,
+            "usage": self.usage().to_dict(),
+            "elapsed": self.elapsed,
+            "trace": self.trace,
+            "calls": self.calls,
+            "output": self.output,
+            "error": self.error,
+            "limit": self.limit,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunState:
+        """Rebuild the state from the store's JSON form."""
+        usage = data.get("usage") or {}
+        return cls(
+            phase=data.get("phase", "start"),
+            messages=list(data.get("messages") or []),
+            turns=dict(data.get("turns") or {}),
+            tokens_in=int(usage.get("tokens_in", 0)),
+            tokens_out=int(usage.get("tokens_out", 0)),
+            usd=float(usage.get("usd", 0.0)),
+            steps=int(usage.get("steps", 0)),
+            tool_calls=int(usage.get("tool_calls", 0)),
+            elapsed=float(data.get("elapsed", 0.0)),
+            trace=list(data.get("trace") or []),
+            calls=[dict(c) for c in data.get("calls") or []],
+            output=data.get("output"),
+            error=data.get("error"),
+            limit=data.get("limit"),
+        )
+
+    def usage(self) -> Usage:
+        """What the run spent so far."""
+        return Usage(
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            usd=round(self.usd, 10),
+            steps=self.steps,
+            tool_calls=self.tool_calls,
+        )
+
+    def spent(self) -> dict[str, Any]:
+        """The `spent` variable of CEL rules."""
+        return {
+            "steps": self.steps,
+            "tokens": self.tokens_in + self.tokens_out,
+            "usd": self.usd,
+            "tool_calls": self.tool_calls,
+        }
+
+
+def result_from_state(
+    *,
+    run_id: str,
+    session_id: str,
+    task: str,
+    status: str,
+    state: Mapping[str, Any],
+    labels: Mapping[str, str],
+    answered: frozenset[str] = frozenset(),
+) -> RunResult:
+    """The `RunResult` of a stored run.
+
+    `answered` names approvals already decided in the store but not yet taken into the run's
+    state (the run resumes once every one is answered); they are no longer pending.
+    """
+    run_status = RunStatus(status)
+    pending: list[PendingTool] = []
+    approval: ApprovalRequest | None = None
+    for call in state.get("calls") or []:
+        if (
+            call.get("verdict") == "approve"
+            and call.get("decision") is None
+            and call.get("approval_id") not in answered
+        ):
+            request = ApprovalRequest(
+                approval_id=call["approval_id"],
+                execution_key=call["key"],
+                tool=call["name"],
+                args=call["args"],
+                rule_id=call["rule"],
+                approvers=tuple(call.get("approvers") or ()),
+                requested_by=call["requested_by"],
+            )
+            approval = approval or request
+            pending.append(
+                PendingTool(
+                    execution_key=call["key"],
+                    call=Call(call["name"], call["args"]),
+                    status="approval",
+                    approval_id=call["approval_id"],
+                )
+            )
+        elif call.get("status") == "uncertain":
+            pending.append(
+                PendingTool(
+                    execution_key=call["key"],
+                    call=Call(call["name"], call["args"]),
+                    status="uncertain",
+                )
+            )
+    return RunResult(
+        run_id=run_id,
+        session_id=session_id,
+        task=task,
+        status=run_status,
+        output=state.get("output"),
+        error=state.get("error"),
+        usage=Usage.from_dict(state.get("usage") or {}),
+        approval=approval if run_status is RunStatus.AWAITING_APPROVAL else None,
+        pending=tuple(pending) if not run_status.ended else (),
+        trace=Trace.from_list(state.get("trace") or []),
+        labels=dict(labels),
+        limit=state.get("limit"),
+    )

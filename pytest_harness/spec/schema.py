@@ -1,0 +1,223 @@
+"""The schema of `harness.yaml` (DESIGN §3), as pydantic models.
+
+Unknown keys are errors (`extra="forbid"`); every model is frozen. Cross-references (a task's
+tools, rules and guards; a model's fallbacks) and CEL are checked by the loader, which knows the
+lines to point at.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+__all__ = [
+    "Budget",
+    "Duration",
+    "Effect",
+    "GuardAction",
+    "GuardSpec",
+    "GuardTarget",
+    "ModelSpec",
+    "Price",
+    "ReplayPolicy",
+    "RuleSpec",
+    "SpecDocument",
+    "StateSpec",
+    "TaskSpec",
+    "ToolSpec",
+    "parse_duration",
+]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from `30s`, `5m`, `2h`, `250ms`, `1d` or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError(
+            f"a duration must be like 30s, 5m, 2h or a number of seconds, not {value!r}"
+        )
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    else:
+        raise ValueError(
+            f"a duration must be like 30s, 5m, 2h or a number of seconds, not {value!r}"
+        )
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be negative, got {value!r}")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+"""Seconds, written as `30s`, `5m`, `2h` or a number."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReplayPolicy(str, Enum):
+    """What recovery may do with a tool call whose outcome is unknown."""
+
+    MANUAL = "manual"
+    SAFE = "safe"
+    IDEMPOTENT = "idempotent"
+
+
+class Effect(str, Enum):
+    """What a matching rule does with a proposed tool call."""
+
+    ALLOW = "allow"
+    APPROVE = "approve"
+    DENY = "deny"
+
+
+class GuardTarget(str, Enum):
+    """What a guard checks."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+    TOOL_RESULT = "tool_result"
+
+
+class GuardAction(str, Enum):
+    """What a guard does when its check fires."""
+
+    BLOCK = "block"
+    REDACT = "redact"
+    WARN = "warn"
+
+
+class Price(_Strict):
+    """Dollars per million tokens."""
+
+    input_per_mtok: float = Field(default=0.0, ge=0)
+    output_per_mtok: float = Field(default=0.0, ge=0)
+
+
+class ModelSpec(_Strict):
+    """A model: its provider (`use`) and the provider's settings."""
+
+    use: str
+    model: str | None = None
+    api_key_env: str | None = None
+    base_url: str | None = None
+    price: Price = Price()
+    retries: int = Field(default=2, ge=0, le=20)
+    fallback: tuple[str, ...] = ()
+    timeout: Duration | None = None
+    script: str | list[Any] | dict[str, Any] | None = None
+    """`scripted`: a script file (relative to the spec) or the turns inline."""
+    call: str | None = None
+    """`function`: `module:function` called with each `ModelRequest`."""
+    options: dict[str, Any] = {}
+    """Provider-specific settings for plugin providers."""
+
+
+class ToolSpec(_Strict):
+    """A tool: the Python callable behind it and what recovery may do with it."""
+
+    call: str
+    replay: ReplayPolicy = ReplayPolicy.MANUAL
+    timeout: Duration | None = None
+    description: str | None = None
+
+
+class RuleSpec(_Strict):
+    """A CEL condition on a proposed tool call, with its effect."""
+
+    id: str
+    when: str
+    then: Effect
+    approvers: tuple[str, ...] = ()
+    self_approve: bool = False
+    message: str | None = None
+    """What the model is told when the rule denies a call."""
+
+
+class GuardSpec(_Strict):
+    """A check on the input, the output or a tool result, with its action."""
+
+    id: str
+    on: GuardTarget
+    check: str
+    """`regex`, `contains`, `max_length`, `json_schema`, `cel`, or a callable `pkg.mod:fn`."""
+    action: GuardAction = GuardAction.BLOCK
+    pattern: str | None = None
+    """`regex`: the pattern searched for."""
+    text: str | tuple[str, ...] | None = None
+    """`contains`: the text (or any of the texts) searched for."""
+    ignore_case: bool = False
+    max: int | None = Field(default=None, ge=0)
+    """`max_length`: the most characters allowed."""
+    schema_: dict[str, Any] | str | None = Field(default=None, alias="schema")
+    """`json_schema`: the schema inline, or a JSON/YAML file relative to the spec."""
+    when: str | None = None
+    """`cel`: fires when this expression is true (variables `text`, `on`, `task`, `tool`, …)."""
+    tools: tuple[str, ...] | None = None
+    """`tool_result`: only the results of these tools (default: every tool)."""
+    message: str | None = None
+
+
+class Budget(_Strict):
+    """Limits of one run; a run that reaches one ends `limited`."""
+
+    steps: int | None = Field(default=None, ge=1)
+    tokens: int | None = Field(default=None, ge=1)
+    usd: float | None = Field(default=None, gt=0)
+    tool_calls: int | None = Field(default=None, ge=0)
+
+
+class TaskSpec(_Strict):
+    """A named job: prompt, model, tools, rules, guards, budget, deadline."""
+
+    prompt: str
+    model: str = "default"
+    tools: tuple[str, ...] = ()
+    rules: tuple[str, ...] | None = None
+    """Rule ids that apply; omitted: every rule."""
+    guards: tuple[str, ...] | None = None
+    """Guard ids that apply; omitted: every guard."""
+    budget: Budget = Budget()
+    deadline: Duration | None = None
+    labels: dict[str, str] = {}
+
+
+class StateSpec(_Strict):
+    """Where runs are kept."""
+
+    use: str = "memory"
+    path: str = ".harness/state.db"
+    dsn: str | None = None
+    record: bool = False
+    lease: Duration = 30.0
+    synchronous: Literal["full", "normal"] = "full"
+    busy_timeout: Duration = 5.0
+
+
+class SpecDocument(_Strict):
+    """The whole `harness.yaml` after the environment overlay and the org baseline."""
+
+    version: Literal[1]
+    name: str
+    models: dict[str, ModelSpec] = {}
+    tools: dict[str, ToolSpec] = {}
+    rules: tuple[RuleSpec, ...] = ()
+    guards: tuple[GuardSpec, ...] = ()
+    tasks: dict[str, TaskSpec]
+    state: StateSpec = StateSpec()
+    environments: dict[str, dict[str, Any]] = {}
+    baseline: str | None = None
+
+
+def resolve_path(base: Path, value: str) -> Path:
+    """A path from the spec, resolved against the spec file's folder when relative."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (base / path)

@@ -1,0 +1,258 @@
+"""Safe YAML reading that remembers the line of every key.
+
+`read_yaml` and `parse_yaml` compose the document with PyYAML's safe loader (the C one when
+libyaml is available) and build plain Python values from the node tree themselves, so that each
+key path (`("tasks", "orders", "tools", 1)`) gets its 1-based line. Building the values by hand
+is also where the limits of DESIGN §10 are enforced: a size cap, duplicate keys rejected, alias
+expansion and nesting bounded, unknown tags refused. Every problem is a `SpecError` with the
+file and line. Nothing here knows about `harness.yaml`: scripts and recordings use it too.
+
+Mapping keys are always strings: a plain scalar key keeps its text as written, so `on:` is the
+key `"on"` (not `True`) and `1:` is `"1"`. Merge keys (`<<: *defaults`) work as in PyYAML.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from pytest_harness.errors import SpecError
+from pytest_harness.spec.spec import KeyPath, format_key_path
+
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "YamlDoc",
+    "display_path",
+    "parse_yaml",
+    "read_yaml",
+]
+
+MAX_BYTES = 1_048_576
+"""The default cap on the size of a YAML file."""
+MAX_ALIAS_NODES = 100_000
+"""The most nodes that alias expansion may add to a document (the "billion laughs" bound)."""
+MAX_DEPTH = 200
+"""The deepest nesting of mappings and sequences accepted."""
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+@dataclass(frozen=True)
+class YamlDoc:
+    """A parsed YAML file: its plain Python `data`, the line of every key path, and its name."""
+
+    data: Any
+    lines: dict[KeyPath, int]
+    file: str
+
+    def line(self, path: KeyPath) -> int | None:
+        """Return the line of `path`, or of its nearest ancestor that has one."""
+        probe = tuple(path)
+        while True:
+            if probe in self.lines:
+                return self.lines[probe]
+            if not probe:
+                return None
+            probe = probe[:-1]
+
+    def error(self, reason: str, path: KeyPath) -> SpecError:
+        """Return a `SpecError` pointing at `path` in this file."""
+        return SpecError(reason, file=self.file, line=self.line(path), key=format_key_path(path))
+
+
+def display_path(path: str | Path) -> str:
+    """How a file is named in messages: relative to the current directory when inside it."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return str(absolute)
+
+
+def read_yaml(path: Path, *, display: str | None = None, max_bytes: int = MAX_BYTES) -> YamlDoc:
+    """Read and parse one YAML file, refusing files over `max_bytes` or not in UTF-8."""
+    file = display if display is not None else display_path(path)
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read(max_bytes + 1)
+            if len(raw) > max_bytes:
+                size = os.fstat(stream.fileno()).st_size
+                raise SpecError(
+                    f"the file is {size} bytes, over the cap of {max_bytes} bytes", file=file
+                )
+    except FileNotFoundError:
+        raise SpecError(f"file not found: {Path(path).absolute()}", file=file) from None
+    except IsADirectoryError:
+        raise SpecError(f"a YAML file was expected, this is a folder: {path}", file=file) from None
+    except PermissionError:
+        raise SpecError(f"cannot read the file (permission denied): {path}", file=file) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise SpecError(
+            f"the file is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}",
+            file=file,
+            line=line,
+        ) from None
+    return parse_yaml(text, file=file)
+
+
+def parse_yaml(text: str, *, file: str) -> YamlDoc:
+    """Parse YAML `text` (one document) into plain values and the line of every key path."""
+    loader = _Loader(text)
+    try:
+        try:
+            root = loader.get_single_node()
+        except yaml.MarkedYAMLError as exc:
+            raise _syntax_error(exc, file) from None
+        except yaml.reader.ReaderError as exc:
+            line = text.count("\n", 0, exc.position) + 1
+            raise SpecError(f"invalid YAML: {exc.reason}", file=file, line=line) from None
+        except yaml.YAMLError as exc:
+            raise SpecError(f"invalid YAML: {exc}", file=file) from None
+        if root is None:
+            return YamlDoc(data=None, lines={}, file=file)
+        builder = _Builder(loader, file)
+        data = builder.build(root, (), 0)
+        return YamlDoc(data=data, lines=builder.lines, file=file)
+    finally:
+        loader.dispose()
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> SpecError:
+    mark = exc.problem_mark or exc.context_mark
+    message = exc.problem or "malformed document"
+    if exc.context and not exc.context.startswith("while"):
+        message = f"{exc.context}, {message}"  # e.g. "expected a single document…, but found…"
+    elif exc.context:
+        message += f" ({exc.context}"
+        if exc.context_mark is not None and exc.context_mark is not mark:
+            message += f" at line {exc.context_mark.line + 1}"
+        message += ")"
+    line = mark.line + 1 if mark is not None else None
+    return SpecError(f"invalid YAML: {message}", file=file, line=line)
+
+
+class _Builder:
+    """Plain values from a node tree, with lines, counting what alias expansion adds."""
+
+    def __init__(self, constructor: SafeConstructor, file: str) -> None:
+        self.constructor = constructor
+        self.file = file
+        self.lines: dict[KeyPath, int] = {}
+        self._seen: set[int] = set()
+        self._active: set[int] = set()
+        self._expanded = 0
+
+    def error(self, reason: str, node: Node, path: KeyPath) -> SpecError:
+        return SpecError(
+            reason,
+            file=self.file,
+            line=node.start_mark.line + 1,
+            key=format_key_path(path) or None,
+        )
+
+    def build(self, node: Node, path: KeyPath, depth: int) -> Any:
+        """Return the value of `node` at `path`; `depth` counts the collections around it."""
+        self.lines[path] = node.start_mark.line + 1
+        key = id(node)
+        if key in self._seen:  # reached again through an alias: this copy is expansion
+            self._expanded += 1
+            if self._expanded > MAX_ALIAS_NODES:
+                raise self.error(
+                    f"alias expansion exceeds the limit of {MAX_ALIAS_NODES} nodes; write the "
+                    "repeated parts out or nest fewer aliases",
+                    node,
+                    (),
+                )
+        else:
+            self._seen.add(key)
+        if isinstance(node, ScalarNode):
+            return self._scalar(node, path)
+        if depth >= MAX_DEPTH:
+            raise self.error(f"nested deeper than {MAX_DEPTH} levels", node, ())
+        if key in self._active:
+            raise self.error("a recursive alias (an anchor used inside itself)", node, path)
+        self._active.add(key)
+        try:
+            if isinstance(node, SequenceNode) and node.tag == _SEQ:
+                return [
+                    self.build(item, (*path, i), depth + 1) for i, item in enumerate(node.value)
+                ]
+            if isinstance(node, MappingNode) and node.tag == _MAP:
+                return self._mapping(node, path, depth)
+            raise self.error(f"unsupported YAML tag {node.tag!r}", node, path)
+        finally:
+            self._active.discard(key)
+
+    def _scalar(self, node: ScalarNode, path: KeyPath) -> Any:
+        if node.tag == _STR:
+            return node.value
+        try:
+            return self.constructor.construct_object(node)
+        except yaml.MarkedYAMLError as exc:
+            raise self.error(f"invalid value: {exc.problem}", node, path) from None
+        except (ValueError, OverflowError) as exc:  # e.g. a timestamp like 2001-13-45
+            raise self.error(f"invalid {node.value!r}: {exc}", node, path) from None
+
+    def _key(self, node: Node, path: KeyPath) -> str:
+        if not isinstance(node, ScalarNode):
+            raise self.error(
+                "a mapping key must be a plain value, not a list or mapping", node, path
+            )
+        value = self._scalar(node, path)
+        return value if isinstance(value, str) else str(node.value)
+
+    def _mapping(self, node: MappingNode, path: KeyPath, depth: int) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        first_line: dict[str, int] = {}
+        merges: list[Node] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                merges.append(value_node)
+                continue
+            key = self._key(key_node, path)
+            here = (*path, key)
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                raise self.error(
+                    f"duplicate key {key!r} (first at line {first_line[key]})", key_node, here
+                )
+            first_line[key] = line
+            result[key] = self.build(value_node, here, depth + 1)
+            self.lines[here] = line
+        for source in merges:
+            self._merge(source, result, path, depth)
+        return result
+
+    def _merge(self, source: Node, into: dict[str, Any], path: KeyPath, depth: int) -> None:
+        """Apply `<<: *x` or `<<: [*x, *y]`: keys already present win, earlier sources first."""
+        sources = source.value if isinstance(source, SequenceNode) else [source]
+        for item in sources:
+            if not (isinstance(item, MappingNode) and item.tag == _MAP):
+                raise self.error("a merge key (<<) takes a mapping or a list of them", item, path)
+            outer, self.lines = self.lines, {}
+            try:
+                merged = self.build(item, path, depth)
+                merged_lines = self.lines
+            finally:
+                self.lines = outer
+            fresh = {k for k in merged if k not in into}
+            for k in fresh:
+                into[k] = merged[k]
+            for p, line in merged_lines.items():
+                if len(p) > len(path) and p[len(path)] in fresh:
+                    self.lines[p] = line

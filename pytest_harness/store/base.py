@@ -1,0 +1,346 @@
+"""The store protocol: what the runtime asks of a place that keeps runs.
+
+A store keeps, per run, one row (status, checkpoint `state` as JSON, lease), its events and its
+approval requests. Every method that writes is one atomic transaction; `commit` is the run
+loop's only write while it drives a run, and it is fenced: it succeeds only while the caller's
+lease token is the run's current one, checked in the same statement that writes.
+
+Rules every store follows, so that the runtime cannot tell them apart:
+
+- Payloads (`principal`, `labels`, `state`, event data, approval arguments) are stored as JSON
+  text ([`encode_json`][]) and decoded on every read, so a caller never shares an object with
+  the store. A value JSON cannot hold (an object, `NaN`) is a `StoreError`; nothing is written.
+- A store opens lazily on first use; after `close()` every method raises `StoreError` until
+  `open()` is called again.
+- An event's `cursor` is the decimal string of a store-wide, strictly increasing integer;
+  events of one run are read in cursor order, with no gaps or repeats after a cursor.
+- The fencing token of a new run is 0 with no owner; `acquire_lease` increments it, and
+  `commit` is accepted when the token equals the run's current one.
+- Times are `time.time()` of the writing process.
+
+Stores: `memory` (`store/memory.py`) and `sqlite` (`store/sqlite.py`); both pass the contract
+suite in `tests/store/test_contract.py`. A plugin adds another through the
+`harness_stores` hook; the helpers at the end of this module give it the same encoding,
+cursors and messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pytest_harness.errors import ResolutionError, StoreError
+
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalRow",
+    "Event",
+    "EventDraft",
+    "NewApproval",
+    "NewRun",
+    "RunRecord",
+    "Store",
+    "already_answered",
+    "check_decision",
+    "encode_json",
+    "parse_cursor",
+    "stale_token",
+]
+
+ApprovalDecision = Literal["approve", "decline"]
+
+
+@dataclass(frozen=True, slots=True)
+class EventDraft:
+    """An event to append in the same transaction as the boundary it describes."""
+
+    kind: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """A stored event. `cursor` orders the events of one run; pass it as `after=` to resume.
+
+    `at` is the time of the write that stored it.
+    """
+
+    run_id: str
+    cursor: str
+    kind: str
+    data: Mapping[str, Any]
+    at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewApproval:
+    """A pending approval request, written with the commit that suspends the run."""
+
+    approval_id: str
+    execution_key: str
+    args_digest: str
+    tool: str
+    args: Mapping[str, Any]
+    rule_id: str
+    approvers: tuple[str, ...]
+    requested_by: str
+    self_approve: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRow:
+    """An approval request and, once answered, its decision."""
+
+    approval_id: str
+    run_id: str
+    execution_key: str
+    args_digest: str
+    tool: str
+    args: Mapping[str, Any]
+    rule_id: str
+    approvers: tuple[str, ...]
+    requested_by: str
+    self_approve: bool
+    status: Literal["pending", "approve", "decline"]
+    approver: str | None = None
+    approver_roles: tuple[str, ...] = ()
+    reason: str | None = None
+    decided_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewRun:
+    """A run to create.
+
+    With an `idempotency_key`, a run of the same tenant, task and key that already exists is
+    returned instead (a `None` tenant and `""` count as the same tenant).
+    """
+
+    run_id: str
+    session_id: str
+    task: str
+    tenant: str | None
+    principal: Mapping[str, Any]
+    input: str
+    labels: Mapping[str, str]
+    idempotency_key: str | None
+    status: str
+    state: Mapping[str, Any]
+    events: Sequence[EventDraft] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """A run as stored."""
+
+    run_id: str
+    session_id: str
+    task: str
+    tenant: str | None
+    principal: Mapping[str, Any]
+    input: str
+    labels: Mapping[str, str]
+    idempotency_key: str | None
+    status: str
+    state: Mapping[str, Any]
+    created_at: float
+    updated_at: float
+    lease_owner: str | None = None
+    lease_token: int = 0
+    lease_expires: float | None = None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where runs live. Every write is atomic; a failed write leaves nothing behind."""
+
+    kind: str
+    """`memory`, `sqlite`, or a plugin's name."""
+
+    async def open(self) -> None:
+        """Connect and migrate; idempotent. Other methods open the store on first use too."""
+
+    async def close(self) -> None:
+        """Release connections; idempotent. Later calls raise `StoreError` until `open()`."""
+
+    async def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
+        """Insert a run with its first events; `(record, True)`.
+
+        With an idempotency key already used by the same tenant and task, insert nothing and
+        return `(that run's record, False)`. The new run has fencing token 0 and no lease
+        owner. A `run_id` that already exists is a `StoreError`.
+        """
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Return the stored run; `UnknownRun` when there is none."""
+        ...
+
+    async def acquire_lease(self, run_id: str, owner: str, ttl: float) -> int:
+        """Take the run's lease for `ttl` seconds and return a new, larger fencing token.
+
+        The same owner may take it again (the token still grows). Raises `RunBusy` when another
+        owner's lease is still live, `UnknownRun` when there is no such run, `ValueError` when
+        `ttl` is not positive.
+        """
+        ...
+
+    async def renew_lease(self, run_id: str, token: int, ttl: float) -> None:
+        """Extend the lease held with `token` to `ttl` seconds from now.
+
+        `StoreError` when the token is stale or the lease was released, `UnknownRun` when
+        there is no such run.
+        """
+
+    async def release_lease(self, run_id: str, token: int) -> None:
+        """Give the lease up (no-op when the token is stale; `UnknownRun` for no such run)."""
+
+    async def commit(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        status: str,
+        state: Mapping[str, Any],
+        events: Sequence[EventDraft] = (),
+        approvals: Sequence[NewApproval] = (),
+        lease_ttl: float | None = None,
+    ) -> None:
+        """Write one boundary atomically: status, state, events and new approval requests.
+
+        Rejected with `StoreError` (nothing written) when `token` is not the run's current
+        fencing token ([`stale_token`][]), `UnknownRun` when there is no such run. With
+        `lease_ttl`, a held lease is extended to `lease_ttl` seconds from now in the same
+        write (a run nobody holds stays unheld). An `approval_id` that already exists is a
+        `StoreError`.
+        """
+
+    async def decide_approval(
+        self,
+        run_id: str,
+        approval_id: str,
+        *,
+        decision: ApprovalDecision,
+        approver: str,
+        approver_roles: tuple[str, ...],
+        reason: str | None,
+        event: EventDraft | None = None,
+    ) -> ApprovalRow:
+        """Answer a pending approval once (compare-and-set on the pending row).
+
+        `ResolutionError` when the approval is unknown for this run or already answered (the
+        message names who answered first, [`already_answered`][]); `UnknownRun` when there is
+        no such run; `ValueError` for a decision other than `approve` or `decline`. The event,
+        if given, is written in the same transaction.
+        """
+        ...
+
+    async def approvals(self, run_id: str) -> list[ApprovalRow]:
+        """Every approval request of the run, oldest first; `UnknownRun` for no such run."""
+        ...
+
+    async def session_runs(self, session_id: str, *, before: str | None = None) -> list[RunRecord]:
+        """Return the session's runs in creation order; with `before`, only those before it.
+
+        `UnknownRun` when `before` names no run.
+        """
+        ...
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        task: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Return runs, newest first (by creation), filtered; a `None` filter matches every run.
+
+        `ValueError` when `limit` is negative.
+        """
+        ...
+
+    async def events(
+        self, run_id: str, *, after: str = "0", limit: int | None = None
+    ) -> list[Event]:
+        """Return the run's events with a cursor after `after`, in order (`"0"`: from the start).
+
+        At most `limit` of them when given. `ValueError` when `after` is not a cursor (a
+        decimal integer), `UnknownRun` when there is no such run.
+        """
+        ...
+
+    async def expired_runs(self, *, now: float | None = None) -> list[str]:
+        """Ids of runs that are `running` with no live lease (their worker died), oldest first.
+
+        That is: status `running` and either a lease owner whose lease expired at or before
+        `now` (default: the current time), or no lease owner at all (the process that created
+        the run stopped before it took the lease, or released it without ending the run).
+        """
+        ...
+
+
+# -- helpers for store implementations ------------------------------------------------------
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_json_default
+)
+
+
+def encode_json(value: object, what: str) -> str:
+    """Encode `value` as compact JSON text, the one encoding every store writes.
+
+    Any `Mapping` is written as an object and a tuple as an array. A value JSON cannot hold
+    is a `StoreError` naming `what` (for example `"the state of run run_…"`).
+    """
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(
+            f"cannot store {what}: {exc}; keep it to JSON values (objects, arrays, strings, "
+            "finite numbers, booleans and null); nothing was written"
+        ) from exc
+
+
+def parse_cursor(after: str) -> int:
+    """Return the integer in an event cursor; `ValueError` naming it when it is not one."""
+    if isinstance(after, str) and after.isascii() and after.isdigit():
+        return int(after)
+    raise ValueError(
+        f"malformed event cursor {after!r}: a cursor is the decimal string of an event's "
+        'position, as in Event.cursor; pass "0" to read from the start'
+    )
+
+
+def stale_token(run_id: str, token: int, current: int, owner: str | None) -> StoreError:
+    """Build the error for a write fenced by a token that is no longer the current one."""
+    holder = f"by owner {owner!r}" if owner is not None else "by no owner (lease released)"
+    return StoreError(
+        f"stale fencing token: run {run_id} is now held with token {current} {holder}; "
+        f"this worker's token {token} was superseded; nothing was written"
+    )
+
+
+def already_answered(
+    run_id: str, approval_id: str, status: str, approver: str | None
+) -> ResolutionError:
+    """Build the error for a second answer to an approval, naming who answered first."""
+    return ResolutionError(
+        f"approval {approval_id} of run {run_id} was already answered: {status} by {approver}"
+    )
+
+
+def check_decision(decision: str) -> str:
+    """Return `decision` when it is `approve` or `decline`, else raise `ValueError`."""
+    if decision not in ("approve", "decline"):
+        raise ValueError(f"decision must be 'approve' or 'decline', got {decision!r}")
+    return decision

@@ -1,0 +1,422 @@
+"""`MemoryStore`: runs kept in the process, for tests, scripts and services that never suspend.
+
+It follows the contract of [`Store`][pytest_harness.store.base.Store] exactly as the sqlite
+store does: payloads are kept as JSON text (encoded on write, decoded on read, so nothing
+aliases a caller's objects), writes are fenced by the lease token and cursors are a
+store-wide counter. Every method runs without awaiting anything, so on one event loop each
+call is atomic with respect to the others.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from operator import itemgetter
+from typing import Any, Literal
+
+from pytest_harness.errors import ResolutionError, RunBusy, StoreError, UnknownRun
+from pytest_harness.store.base import (
+    ApprovalDecision,
+    ApprovalRow,
+    Event,
+    EventDraft,
+    NewApproval,
+    NewRun,
+    RunRecord,
+    already_answered,
+    check_decision,
+    encode_json,
+    parse_cursor,
+    stale_token,
+)
+
+__all__ = ["MemoryStore"]
+
+_loads = json.loads
+_cursor_of = itemgetter(0)
+
+_StoredEvent = tuple[int, str, str, float]
+"""`(id, kind, data as JSON, at)`."""
+
+
+def _text(value: str) -> str:
+    """Return a plain `str` for `value` (a `str` Enum member gives its value, as sqlite does)."""
+    return value if type(value) is str else str.__str__(value)
+
+
+class _Run:
+    """The mutable row of one run; payloads as JSON text."""
+
+    __slots__ = (
+        "approvals",
+        "created_at",
+        "events",
+        "idempotency_key",
+        "input",
+        "labels",
+        "lease_expires",
+        "lease_owner",
+        "lease_token",
+        "principal",
+        "run_id",
+        "seq",
+        "session_id",
+        "state",
+        "status",
+        "task",
+        "tenant",
+        "updated_at",
+    )
+
+    def __init__(
+        self, run: NewRun, seq: int, *, principal: str, labels: str, state: str, now: float
+    ) -> None:
+        self.seq = seq
+        self.run_id = run.run_id
+        self.session_id = run.session_id
+        self.task = run.task
+        self.tenant = run.tenant
+        self.principal = principal
+        self.input = run.input
+        self.labels = labels
+        self.idempotency_key = run.idempotency_key
+        self.status = _text(run.status)
+        self.state = state
+        self.created_at = now
+        self.updated_at = now
+        self.lease_owner: str | None = None
+        self.lease_token = 0
+        self.lease_expires: float | None = None
+        self.events: list[_StoredEvent] = []
+        self.approvals: list[_Approval] = []
+
+    def record(self) -> RunRecord:
+        return RunRecord(
+            run_id=self.run_id,
+            session_id=self.session_id,
+            task=self.task,
+            tenant=self.tenant,
+            principal=_loads(self.principal),
+            input=self.input,
+            labels=_loads(self.labels),
+            idempotency_key=self.idempotency_key,
+            status=self.status,
+            state=_loads(self.state),
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            lease_owner=self.lease_owner,
+            lease_token=self.lease_token,
+            lease_expires=self.lease_expires,
+        )
+
+
+class _Approval:
+    """The mutable row of one approval request; arguments as JSON text."""
+
+    __slots__ = (
+        "approver",
+        "approver_roles",
+        "args",
+        "decided_at",
+        "new",
+        "reason",
+        "run_id",
+        "status",
+    )
+
+    def __init__(self, run_id: str, new: NewApproval, args: str) -> None:
+        self.run_id = run_id
+        self.new = new
+        self.args = args
+        self.status: Literal["pending", "approve", "decline"] = "pending"
+        self.approver: str | None = None
+        self.approver_roles: tuple[str, ...] = ()
+        self.reason: str | None = None
+        self.decided_at: float | None = None
+
+    def row(self) -> ApprovalRow:
+        new = self.new
+        return ApprovalRow(
+            approval_id=new.approval_id,
+            run_id=self.run_id,
+            execution_key=new.execution_key,
+            args_digest=new.args_digest,
+            tool=new.tool,
+            args=_loads(self.args),
+            rule_id=new.rule_id,
+            approvers=tuple(new.approvers),
+            requested_by=new.requested_by,
+            self_approve=bool(new.self_approve),
+            status=self.status,
+            approver=self.approver,
+            approver_roles=self.approver_roles,
+            reason=self.reason,
+            decided_at=self.decided_at,
+        )
+
+
+class MemoryStore:
+    """Runs, events and approvals in dictionaries of this process; gone when it ends."""
+
+    kind = "memory"
+
+    def __init__(self) -> None:
+        self._runs: dict[str, _Run] = {}
+        self._sessions: dict[str, list[_Run]] = {}
+        self._idempotency: dict[tuple[str, str, str], _Run] = {}
+        self._approvals: dict[str, _Approval] = {}
+        self._last_event = 0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(runs={len(self._runs)})"
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Make the store usable again after `close()`; nothing to connect."""
+        self._closed = False
+
+    async def close(self) -> None:
+        """Refuse further calls until `open()`; the data stays for a later `open()`."""
+        self._closed = True
+
+    def _run(self, run_id: str) -> _Run:
+        if self._closed:
+            raise StoreError("the memory store is closed; call open() before using it again")
+        run = self._runs.get(run_id)
+        if run is None:
+            raise UnknownRun(run_id)
+        return run
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the memory store is closed; call open() before using it again")
+
+    def _append(self, run: _Run, events: list[tuple[str, str]], now: float) -> None:
+        stored = run.events
+        last = self._last_event
+        for kind, data in events:
+            last += 1
+            stored.append((last, kind, data, now))
+        self._last_event = last
+
+    # -- runs -------------------------------------------------------------------------------
+
+    async def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
+        """Insert a run with its first events, or return the run its idempotency key names."""
+        self._check_open()
+        key = None
+        if run.idempotency_key is not None:
+            key = (run.tenant or "", run.task, run.idempotency_key)
+            existing = self._idempotency.get(key)
+            if existing is not None:
+                return existing.record(), False
+        if run.run_id in self._runs:
+            raise StoreError(f"cannot create run {run.run_id}: a run with this id already exists")
+        what = f"run {run.run_id}"
+        principal = encode_json(run.principal, f"the principal of {what}")
+        labels = encode_json(run.labels, f"the labels of {what}")
+        state = encode_json(run.state, f"the state of {what}")
+        events = [(e.kind, encode_json(e.data, f"the events of {what}")) for e in run.events]
+        now = time.time()
+        stored = _Run(
+            run, len(self._runs) + 1, principal=principal, labels=labels, state=state, now=now
+        )
+        self._runs[run.run_id] = stored
+        self._sessions.setdefault(run.session_id, []).append(stored)
+        if key is not None:
+            self._idempotency[key] = stored
+        self._append(stored, events, now)
+        return stored.record(), True
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Return the stored run; `UnknownRun` when there is none."""
+        return self._run(run_id).record()
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def acquire_lease(self, run_id: str, owner: str, ttl: float) -> int:
+        """Take the lease unless another owner's is live; the new fencing token."""
+        if not ttl > 0:
+            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        run = self._run(run_id)
+        now = time.time()
+        holder, expires = run.lease_owner, run.lease_expires
+        if holder is not None and holder != owner and expires is not None and expires > now:
+            raise RunBusy(run_id, holder, expires - now)
+        run.lease_token += 1
+        run.lease_owner = owner
+        run.lease_expires = now + ttl
+        return run.lease_token
+
+    async def renew_lease(self, run_id: str, token: int, ttl: float) -> None:
+        """Extend the lease held with `token`; `StoreError` when it is stale or released."""
+        if not ttl > 0:
+            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        run = self._run(run_id)
+        if run.lease_token != token or run.lease_owner is None:
+            raise stale_token(run_id, token, run.lease_token, run.lease_owner)
+        run.lease_expires = time.time() + ttl
+
+    async def release_lease(self, run_id: str, token: int) -> None:
+        """Give the lease up; nothing happens when `token` is stale."""
+        run = self._run(run_id)
+        if run.lease_token == token:
+            run.lease_owner = None
+            run.lease_expires = None
+
+    # -- the boundary write -----------------------------------------------------------------
+
+    async def commit(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        status: str,
+        state: Mapping[str, Any],
+        events: Sequence[EventDraft] = (),
+        approvals: Sequence[NewApproval] = (),
+        lease_ttl: float | None = None,
+    ) -> None:
+        """Write status, state, events and approval requests at once, fenced by `token`."""
+        run = self._run(run_id)
+        if run.lease_token != token:
+            raise stale_token(run_id, token, run.lease_token, run.lease_owner)
+        state_json = encode_json(state, f"the state of run {run_id}")
+        encoded = (
+            [(e.kind, encode_json(e.data, f"the events of run {run_id}")) for e in events]
+            if events
+            else ()
+        )
+        new_approvals: list[_Approval] = []
+        if approvals:
+            seen: set[str] = set()
+            for new in approvals:
+                if new.approval_id in self._approvals or new.approval_id in seen:
+                    raise StoreError(
+                        f"cannot commit run {run_id}: approval {new.approval_id!r} already "
+                        "exists; nothing was written"
+                    )
+                seen.add(new.approval_id)
+                args = encode_json(new.args, f"the arguments of approval {new.approval_id}")
+                new_approvals.append(_Approval(run_id, new, args))
+        # Everything is encoded and checked: from here on nothing can fail half-way.
+        now = time.time()
+        run.status = _text(status)
+        run.state = state_json
+        run.updated_at = now
+        if lease_ttl is not None and run.lease_owner is not None:
+            run.lease_expires = now + lease_ttl
+        if encoded:
+            self._append(run, encoded, now)
+        for approval in new_approvals:
+            self._approvals[approval.new.approval_id] = approval
+            run.approvals.append(approval)
+
+    # -- approvals --------------------------------------------------------------------------
+
+    async def decide_approval(
+        self,
+        run_id: str,
+        approval_id: str,
+        *,
+        decision: ApprovalDecision,
+        approver: str,
+        approver_roles: tuple[str, ...],
+        reason: str | None,
+        event: EventDraft | None = None,
+    ) -> ApprovalRow:
+        """Answer a pending approval once; `ResolutionError` for a second answer."""
+        check_decision(decision)
+        run = self._run(run_id)
+        approval = self._approvals.get(approval_id)
+        if approval is None or approval.run_id != run_id:
+            raise ResolutionError(f"run {run_id} has no approval {approval_id!r}")
+        if approval.status != "pending":
+            raise already_answered(run_id, approval_id, approval.status, approval.approver)
+        encoded = (
+            [(event.kind, encode_json(event.data, f"the events of run {run_id}"))]
+            if event is not None
+            else ()
+        )
+        now = time.time()
+        approval.status = decision
+        approval.approver = approver
+        approval.approver_roles = tuple(approver_roles)
+        approval.reason = reason
+        approval.decided_at = now
+        if encoded:
+            self._append(run, encoded, now)
+        return approval.row()
+
+    async def approvals(self, run_id: str) -> list[ApprovalRow]:
+        """Every approval request of the run, oldest first."""
+        return [approval.row() for approval in self._run(run_id).approvals]
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def session_runs(self, session_id: str, *, before: str | None = None) -> list[RunRecord]:
+        """Return the session's runs in creation order; with `before`, those created before it."""
+        self._check_open()
+        runs = self._sessions.get(session_id, [])
+        if before is not None:
+            seq = self._run(before).seq
+            runs = [run for run in runs if run.seq < seq]
+        return [run.record() for run in runs]
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        task: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Return runs, newest first, filtered by status, task and tenant."""
+        self._check_open()
+        if limit < 0:
+            raise ValueError(f"limit must be zero or more, got {limit}")
+        found: list[RunRecord] = []
+        if limit == 0:
+            return found
+        for run in reversed(self._runs.values()):
+            if (
+                (status is None or run.status == status)
+                and (task is None or run.task == task)
+                and (tenant is None or run.tenant == tenant)
+            ):
+                found.append(run.record())
+                if len(found) >= limit:
+                    break
+        return found
+
+    async def events(
+        self, run_id: str, *, after: str = "0", limit: int | None = None
+    ) -> list[Event]:
+        """Return the run's events with a cursor after `after`, in order."""
+        position = parse_cursor(after)
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be zero or more, got {limit}")
+        stored = self._run(run_id).events
+        start = bisect_right(stored, position, key=_cursor_of)
+        end = len(stored) if limit is None else min(len(stored), start + limit)
+        return [
+            Event(run_id=run_id, cursor=str(i), kind=kind, data=_loads(data), at=at)
+            for i, kind, data, at in stored[start:end]
+        ]
+
+    async def expired_runs(self, *, now: float | None = None) -> list[str]:
+        """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""
+        self._check_open()
+        moment = time.time() if now is None else now
+        return [
+            run.run_id
+            for run in self._runs.values()
+            if run.status == "running"
+            and (
+                run.lease_owner is None or run.lease_expires is None or run.lease_expires <= moment
+            )
+        ]

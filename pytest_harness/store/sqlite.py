@@ -1,0 +1,855 @@
+"""`SQLiteStore`: runs, events and approvals in one SQLite file, shared by processes on one host.
+
+The file is created with mode 0600 (it holds raw prompts, answers and tool arguments), in WAL
+mode, with `PRAGMA synchronous` as configured and a busy timeout, so several processes can
+use it at once without `database is locked` reaching them.
+
+Each call is one round trip to aiosqlite's worker thread (that hop, not SQLite, is most of a
+call's cost), and every write the runtime makes is a single SQL statement, atomic together
+with its triggers:
+
+- `commit` is one fenced `UPDATE runs … WHERE run_id = ? AND lease_token = ?`. The events and
+  approval requests of the boundary travel in the `pending_events` and `pending_approvals`
+  columns as JSON arrays; an `AFTER UPDATE` trigger moves their items into the `events` and
+  `approvals` tables (`json_each`) and clears the columns. A stale token updates no row, so
+  the trigger never fires and nothing is written.
+- `create_run` is one `INSERT … ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING`,
+  with an `AFTER INSERT` trigger for its first events.
+- `decide_approval` is one compare-and-set `UPDATE approvals … WHERE status = 'pending'`, and
+  its event travels in `approvals.pending_event` to a trigger the same way.
+- Leases are single `UPDATE … RETURNING lease_token` statements.
+
+A single write statement in autocommit mode takes the write lock when it starts, so the busy
+timeout applies and no read-then-write upgrade can fail. The only multi-statement writes are
+the schema migrations, run in `BEGIN IMMEDIATE … COMMIT` before the connection is handed out.
+One statement per write also keeps the connection safe to share between asyncio tasks: a
+transaction spread over several awaited calls would let another task's statement slip into
+it. (A caller cancelled while it awaits a write does not stop the write: the statement still
+runs, whole or not at all.) Event cursors are the `events` table's `AUTOINCREMENT` ids:
+writers are serialized, so ids become visible in order.
+
+The connection is opened lazily in the process that uses it and refused in any other (a
+connection must never cross `fork()`); make a new store in each process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import aiosqlite
+
+from pytest_harness.errors import ResolutionError, RunBusy, StoreError, UnknownRun
+from pytest_harness.store.base import (
+    ApprovalDecision,
+    ApprovalRow,
+    Event,
+    EventDraft,
+    NewApproval,
+    NewRun,
+    RunRecord,
+    already_answered,
+    check_decision,
+    encode_json,
+    parse_cursor,
+    stale_token,
+)
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+Synchronous = Literal["full", "normal"]
+_Row = tuple[Any, ...]
+_loads = json.loads
+
+_MAX_ID = 2**63 - 1
+"""The largest SQLite integer; a cursor beyond it reads nothing."""
+
+_MIN_SQLITE = (3, 35, 0)
+"""`RETURNING` arrived in SQLite 3.35."""
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # version 1
+    (
+        """
+        CREATE TABLE runs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL,
+            task TEXT NOT NULL,
+            tenant TEXT,
+            tenant_key TEXT NOT NULL,
+            principal TEXT NOT NULL,
+            input TEXT NOT NULL,
+            labels TEXT NOT NULL,
+            idempotency_key TEXT,
+            status TEXT NOT NULL,
+            state TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            lease_owner TEXT,
+            lease_token INTEGER NOT NULL DEFAULT 0,
+            lease_expires REAL,
+            pending_events TEXT,
+            pending_approvals TEXT
+        )
+        """,
+        "CREATE UNIQUE INDEX runs_idempotency ON runs (tenant_key, task, idempotency_key)",
+        "CREATE INDEX runs_session ON runs (session_id, seq)",
+        "CREATE INDEX runs_status ON runs (status, seq)",
+        """
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            data TEXT NOT NULL,
+            at REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX events_run ON events (run_id, id)",
+        """
+        CREATE TABLE approvals (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            approval_id TEXT NOT NULL UNIQUE,
+            run_id TEXT NOT NULL,
+            execution_key TEXT NOT NULL,
+            args_digest TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            args TEXT NOT NULL,
+            rule_id TEXT NOT NULL,
+            approvers TEXT NOT NULL,
+            requested_by TEXT NOT NULL,
+            self_approve INTEGER NOT NULL,
+            requested_at REAL NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending'
+                CHECK (status IN ('pending', 'approve', 'decline')),
+            approver TEXT,
+            approver_roles TEXT NOT NULL DEFAULT '[]',
+            reason TEXT,
+            decided_at REAL,
+            pending_event TEXT
+        )
+        """,
+        "CREATE INDEX approvals_run ON approvals (run_id, seq)",
+        # The first events of a new run.
+        """
+        CREATE TRIGGER runs_created AFTER INSERT ON runs
+        WHEN NEW.pending_events IS NOT NULL
+        BEGIN
+            INSERT INTO events (run_id, kind, data, at)
+                SELECT NEW.run_id, json_extract(value, '$.kind'), json_extract(value, '$.data'),
+                       NEW.updated_at
+                FROM json_each(NEW.pending_events) ORDER BY key;
+            UPDATE runs SET pending_events = NULL WHERE seq = NEW.seq;
+        END
+        """,
+        # The events and approval requests of a commit.
+        """
+        CREATE TRIGGER runs_committed AFTER UPDATE OF pending_events, pending_approvals ON runs
+        WHEN NEW.pending_events IS NOT NULL OR NEW.pending_approvals IS NOT NULL
+        BEGIN
+            INSERT INTO events (run_id, kind, data, at)
+                SELECT NEW.run_id, json_extract(value, '$.kind'), json_extract(value, '$.data'),
+                       NEW.updated_at
+                FROM json_each(NEW.pending_events) ORDER BY key;
+            INSERT INTO approvals (
+                approval_id, run_id, execution_key, args_digest, tool, args, rule_id,
+                approvers, requested_by, self_approve, requested_at
+            )
+                SELECT json_extract(value, '$.approval_id'), NEW.run_id,
+                       json_extract(value, '$.execution_key'),
+                       json_extract(value, '$.args_digest'), json_extract(value, '$.tool'),
+                       json_extract(value, '$.args'), json_extract(value, '$.rule_id'),
+                       json_extract(value, '$.approvers'),
+                       json_extract(value, '$.requested_by'),
+                       json_extract(value, '$.self_approve'), NEW.updated_at
+                FROM json_each(NEW.pending_approvals) ORDER BY key;
+            UPDATE runs SET pending_events = NULL, pending_approvals = NULL WHERE seq = NEW.seq;
+        END
+        """,
+        # The event of an approval's decision.
+        """
+        CREATE TRIGGER approvals_decided AFTER UPDATE OF pending_event ON approvals
+        WHEN NEW.pending_event IS NOT NULL
+        BEGIN
+            INSERT INTO events (run_id, kind, data, at)
+                VALUES (NEW.run_id, json_extract(NEW.pending_event, '$.kind'),
+                        json_extract(NEW.pending_event, '$.data'), NEW.decided_at);
+            UPDATE approvals SET pending_event = NULL WHERE seq = NEW.seq;
+        END
+        """,
+    ),
+)
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+"""The schema version this code writes; a file with a newer one is refused."""
+
+_RUN = (
+    "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
+    "state, created_at, updated_at, lease_owner, lease_token, lease_expires"
+)
+_APPROVAL = (
+    "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
+    "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"
+)
+
+_CREATE = (
+    "INSERT INTO runs (run_id, session_id, task, tenant, tenant_key, principal, input, labels, "
+    "idempotency_key, status, state, created_at, updated_at, pending_events) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING seq"
+)
+_COMMIT = (
+    "UPDATE runs SET status = ?1, state = ?2, updated_at = ?3, pending_events = ?4, "
+    "pending_approvals = ?5, lease_expires = CASE WHEN ?6 IS NULL OR lease_owner IS NULL "
+    "THEN lease_expires ELSE ?6 END "
+    "WHERE run_id = ?7 AND lease_token = ?8 RETURNING 1"
+)
+_ACQUIRE = (
+    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = ?1, lease_expires = ?2 "
+    "WHERE run_id = ?3 AND (lease_owner IS NULL OR lease_owner = ?1 OR lease_expires IS NULL "
+    "OR lease_expires <= ?4) RETURNING lease_token"
+)
+_RENEW = (
+    "UPDATE runs SET lease_expires = ? "
+    "WHERE run_id = ? AND lease_token = ? AND lease_owner IS NOT NULL RETURNING 1"
+)
+_RELEASE = (
+    "UPDATE runs SET lease_owner = NULL, lease_expires = NULL "
+    "WHERE run_id = ? AND lease_token = ? RETURNING 1"
+)
+_DECIDE = (
+    "UPDATE approvals SET status = ?, approver = ?, approver_roles = ?, reason = ?, "
+    "decided_at = ?, pending_event = ? "
+    f"WHERE approval_id = ? AND run_id = ? AND status = 'pending' RETURNING {_APPROVAL}"
+)
+
+
+def _text(value: str) -> str:
+    """Return a plain `str` for `value` (a `str` Enum member gives its value)."""
+    return value if type(value) is str else str.__str__(value)
+
+
+def _record(row: _Row) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        session_id=row[1],
+        task=row[2],
+        tenant=row[3],
+        principal=_loads(row[4]),
+        input=row[5],
+        labels=_loads(row[6]),
+        idempotency_key=row[7],
+        status=row[8],
+        state=_loads(row[9]),
+        created_at=row[10],
+        updated_at=row[11],
+        lease_owner=row[12],
+        lease_token=row[13],
+        lease_expires=row[14],
+    )
+
+
+def _approval(row: _Row) -> ApprovalRow:
+    return ApprovalRow(
+        approval_id=row[0],
+        run_id=row[1],
+        execution_key=row[2],
+        args_digest=row[3],
+        tool=row[4],
+        args=_loads(row[5]),
+        rule_id=row[6],
+        approvers=tuple(_loads(row[7])),
+        requested_by=row[8],
+        self_approve=bool(row[9]),
+        status=row[10],
+        approver=row[11],
+        approver_roles=tuple(_loads(row[12])),
+        reason=row[13],
+        decided_at=row[14],
+    )
+
+
+class SQLiteStore:
+    """Runs in a SQLite file; several processes on one host may share it."""
+
+    kind = "sqlite"
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        synchronous: Synchronous = "full",
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if synchronous not in ("full", "normal"):
+            raise ValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
+        if not busy_timeout >= 0:
+            raise ValueError(f"busy_timeout must be zero or more seconds, got {busy_timeout!r}")
+        self.path = Path(path)
+        self.synchronous: Synchronous = synchronous
+        self.busy_timeout = float(busy_timeout)
+        self._conn: aiosqlite.Connection | None = None
+        self._pid = 0
+        self._closed = False
+        self._opening = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r}, synchronous={self.synchronous!r})"
+
+    # -- connection -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the file if needed, connect and migrate; idempotent."""
+        self._closed = False
+        await self._db()
+
+    async def close(self) -> None:
+        """Close the connection; idempotent. Later calls raise `StoreError` until `open()`."""
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is None or self._pid != os.getpid():
+            # Never opened, or inherited across fork(): the connection is the parent's.
+            return
+        try:
+            await conn.close()
+        except sqlite3.Error as exc:
+            raise self._error("close the database", exc) from exc
+
+    async def _db(self) -> aiosqlite.Connection:
+        conn = self._conn
+        if conn is not None:
+            if self._pid != os.getpid():
+                raise StoreError(
+                    f"sqlite store {self.path}: opened in process {self._pid}, used from "
+                    f"process {os.getpid()}; a connection must not cross fork(): make a new "
+                    "SQLiteStore in each process"
+                )
+            return conn
+        if self._closed:
+            raise StoreError(
+                f"sqlite store {self.path} is closed; call open() before using it again"
+            )
+        async with self._opening:
+            if self._conn is None:
+                self._conn = await self._connect()
+                self._pid = os.getpid()
+            return self._conn
+
+    async def _connect(self) -> aiosqlite.Connection:
+        if sqlite3.sqlite_version_info < _MIN_SQLITE:
+            raise StoreError(
+                f"sqlite store {self.path}: needs SQLite 3.35 or newer, but this Python uses "
+                f"SQLite {sqlite3.sqlite_version}; use a newer Python build or the memory store"
+            )
+        created = self._create_file()
+        conn = aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+        try:
+            await conn
+        except sqlite3.Error as exc:
+            raise self._error("open the database", exc) from exc
+        try:
+            await self._configure(conn)
+            await self._migrate(conn)
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                await conn.close()
+            raise
+        if created:
+            for suffix in ("-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.chmod(f"{self.path}{suffix}", 0o600)
+        return conn
+
+    def _create_file(self) -> bool:
+        """Create the folder and an empty file readable by its owner only; whether it is new."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                return False
+            try:
+                if hasattr(os, "fchmod"):
+                    os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(
+                f"sqlite store {self.path}: cannot create the file: {exc.strerror or exc}; "
+                "check that its folder can be created and written"
+            ) from exc
+        return True
+
+    async def _configure(self, conn: aiosqlite.Connection) -> None:
+        try:
+            await self._retry_busy(conn, "PRAGMA journal_mode = WAL")
+            await conn.execute_fetchall(f"PRAGMA synchronous = {self.synchronous.upper()}")
+        except sqlite3.Error as exc:
+            raise self._error("open the database", exc) from exc
+        try:
+            await conn.execute_fetchall("SELECT json_valid('[]')")
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"sqlite store {self.path}: this Python's SQLite {sqlite3.sqlite_version} lacks "
+                "the JSON functions the store needs; use a Python build with JSON1, or the "
+                "memory store"
+            ) from exc
+
+    async def _retry_busy(self, conn: aiosqlite.Connection, sql: str) -> None:
+        """Run `sql`, retrying while another process holds a lock, up to the busy timeout.
+
+        Changing the journal mode does not always wait through SQLite's busy handler (two
+        processes opening a new file at once), so it is retried here.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                await conn.execute_fetchall(sql)
+                return
+            except sqlite3.OperationalError as exc:
+                busy = getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY")
+                if not busy or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(0.005)
+
+    async def _migrate(self, conn: aiosqlite.Connection) -> None:
+        try:
+            version = await self._version(conn)
+            self._check_version(version)
+            if version == SCHEMA_VERSION:
+                return
+            await conn.execute_fetchall("BEGIN IMMEDIATE")
+            try:
+                await conn.execute_fetchall(
+                    "CREATE TABLE IF NOT EXISTS schema_version "
+                    "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+                )
+                version = await self._version(conn)  # another process may have migrated
+                self._check_version(version)
+                for number in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in _MIGRATIONS[number - 1]:
+                        await conn.execute_fetchall(statement)
+                    await conn.execute_fetchall(
+                        "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                        (number, time.time()),
+                    )
+                await conn.execute_fetchall("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    await conn.execute_fetchall("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self._error("migrate the database schema", exc, write=True) from exc
+
+    @staticmethod
+    async def _version(conn: aiosqlite.Connection) -> int:
+        rows = list(
+            await conn.execute_fetchall(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+            )
+        )
+        if not rows:
+            return 0
+        rows = list(await conn.execute_fetchall("SELECT max(version) FROM schema_version"))
+        return int(rows[0][0] or 0)
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"sqlite store {self.path}: the file has schema version {version}, newer than "
+                f"version {SCHEMA_VERSION} that this pytest-harness knows; upgrade "
+                "pytest-harness, or point state.path at another file"
+            )
+
+    def _error(self, what: str, exc: sqlite3.Error, *, write: bool = False) -> StoreError:
+        """Build a `StoreError` naming the file, what failed and what to do about it."""
+        name: str = getattr(exc, "sqlite_errorname", "") or type(exc).__name__
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            hint = (
+                f"the database stayed locked for longer than the busy timeout "
+                f"({self.busy_timeout:g}s) while another connection held a write transaction; "
+                "retry, raise state.busy_timeout, or stop the process that holds the lock"
+            )
+        elif name.startswith("SQLITE_FULL"):
+            hint = "the disk or the file system quota is full; free some space and retry"
+        elif name.startswith("SQLITE_READONLY"):
+            hint = "the file is read-only; check the permissions of the file and its folder"
+        elif name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
+            hint = (
+                "the file is not a SQLite database, or it is damaged; point state.path at "
+                "another file, or move this one away"
+            )
+        elif name.startswith("SQLITE_CANTOPEN"):
+            hint = "the file cannot be opened; check that its folder exists and can be written"
+        elif name.startswith("SQLITE_IOERR"):
+            hint = "the operating system reported an I/O error; check the disk"
+        else:
+            hint = ""
+        message = f"sqlite store {self.path}: cannot {what}: {exc} ({name})"
+        if hint:
+            message += f"; {hint}"
+        if write:
+            message += "; nothing was written"
+        return StoreError(message)
+
+    async def _q(
+        self, what: str, sql: str, params: Sequence[Any] = (), *, write: bool = False
+    ) -> list[_Row]:
+        """Run one statement (one hop to the connection's thread) and fetch its rows."""
+        conn = self._conn
+        if conn is None or self._pid != os.getpid():
+            conn = await self._db()
+        try:
+            rows = await conn.execute_fetchall(sql, params)
+        except sqlite3.Error as exc:
+            raise self._error(what, exc, write=write) from exc
+        return cast(list[_Row], rows)
+
+    async def _require_run(self, run_id: str) -> None:
+        """Raise `UnknownRun` unless the run exists (after a write or read found nothing)."""
+        if not await self._q(
+            f"read run {run_id}", "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)
+        ):
+            raise UnknownRun(run_id)
+
+    # -- runs -------------------------------------------------------------------------------
+
+    async def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
+        """Insert a run with its first events, or return the run its idempotency key names."""
+        what = f"run {run.run_id}"
+        principal = encode_json(run.principal, f"the principal of {what}")
+        labels = encode_json(run.labels, f"the labels of {what}")
+        state = encode_json(run.state, f"the state of {what}")
+        events = (
+            encode_json(
+                [{"kind": e.kind, "data": e.data} for e in run.events], f"the events of {what}"
+            )
+            if run.events
+            else None
+        )
+        tenant_key = run.tenant or ""
+        status = _text(run.status)
+        now = time.time()
+        inserted = await self._q(
+            f"create {what}",
+            _CREATE,
+            (
+                run.run_id,
+                run.session_id,
+                run.task,
+                run.tenant,
+                tenant_key,
+                principal,
+                run.input,
+                labels,
+                run.idempotency_key,
+                status,
+                state,
+                now,
+                now,
+                events,
+            ),
+            write=True,
+        )
+        if inserted:
+            record = RunRecord(
+                run_id=run.run_id,
+                session_id=run.session_id,
+                task=run.task,
+                tenant=run.tenant,
+                principal=_loads(principal),
+                input=run.input,
+                labels=_loads(labels),
+                idempotency_key=run.idempotency_key,
+                status=status,
+                state=_loads(state),
+                created_at=now,
+                updated_at=now,
+            )
+            return record, True
+        rows = await self._q(
+            f"read the run of idempotency key {run.idempotency_key!r}",
+            f"SELECT {_RUN} FROM runs WHERE tenant_key = ? AND task = ? AND idempotency_key = ?",
+            (tenant_key, run.task, run.idempotency_key),
+        )
+        if not rows:  # pragma: no cover - rows are never deleted
+            raise StoreError(
+                f"sqlite store {self.path}: cannot create {what}: its idempotency key "
+                f"{run.idempotency_key!r} is taken, but no run holds it; retry"
+            )
+        return _record(rows[0]), False
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Return the stored run; `UnknownRun` when there is none."""
+        rows = await self._q(
+            f"read run {run_id}", f"SELECT {_RUN} FROM runs WHERE run_id = ?", (run_id,)
+        )
+        if not rows:
+            raise UnknownRun(run_id)
+        return _record(rows[0])
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def acquire_lease(self, run_id: str, owner: str, ttl: float) -> int:
+        """Take the lease unless another owner's is live; the new fencing token."""
+        if not ttl > 0:
+            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        what = f"take the lease of run {run_id}"
+        for _ in range(3):
+            now = time.time()
+            rows = await self._q(what, _ACQUIRE, (owner, now + ttl, run_id, now), write=True)
+            if rows:
+                return int(rows[0][0])
+            held = await self._q(
+                what, "SELECT lease_owner, lease_expires FROM runs WHERE run_id = ?", (run_id,)
+            )
+            if not held:
+                raise UnknownRun(run_id)
+            holder, expires = held[0]
+            now = time.time()
+            if holder is not None and expires is not None and expires > now:
+                raise RunBusy(run_id, holder, expires - now)
+            # The lease was released or expired between the two statements: try again.
+        raise StoreError(  # pragma: no cover - needs three lost races in a row
+            f"sqlite store {self.path}: cannot {what}: its lease kept changing hands; retry"
+        )
+
+    async def renew_lease(self, run_id: str, token: int, ttl: float) -> None:
+        """Extend the lease held with `token`; `StoreError` when it is stale or released."""
+        if not ttl > 0:
+            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        what = f"renew the lease of run {run_id}"
+        if await self._q(what, _RENEW, (time.time() + ttl, run_id, token), write=True):
+            return
+        await self._raise_stale(run_id, token)
+
+    async def release_lease(self, run_id: str, token: int) -> None:
+        """Give the lease up; nothing happens when `token` is stale."""
+        what = f"release the lease of run {run_id}"
+        if not await self._q(what, _RELEASE, (run_id, token), write=True):
+            await self._require_run(run_id)
+
+    async def _raise_stale(self, run_id: str, token: int) -> None:
+        rows = await self._q(
+            f"read run {run_id}",
+            "SELECT lease_token, lease_owner FROM runs WHERE run_id = ?",
+            (run_id,),
+        )
+        if not rows:
+            raise UnknownRun(run_id)
+        raise stale_token(run_id, token, rows[0][0], rows[0][1])
+
+    # -- the boundary write -----------------------------------------------------------------
+
+    async def commit(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        status: str,
+        state: Mapping[str, Any],
+        events: Sequence[EventDraft] = (),
+        approvals: Sequence[NewApproval] = (),
+        lease_ttl: float | None = None,
+    ) -> None:
+        """Write status, state, events and approval requests in one fenced statement."""
+        state_json = encode_json(state, f"the state of run {run_id}")
+        events_json = (
+            encode_json(
+                [{"kind": e.kind, "data": e.data} for e in events], f"the events of run {run_id}"
+            )
+            if events
+            else None
+        )
+        approvals_json = (
+            encode_json(
+                [
+                    {
+                        "approval_id": a.approval_id,
+                        "execution_key": a.execution_key,
+                        "args_digest": a.args_digest,
+                        "tool": a.tool,
+                        "args": a.args,
+                        "rule_id": a.rule_id,
+                        "approvers": a.approvers,
+                        "requested_by": a.requested_by,
+                        "self_approve": bool(a.self_approve),
+                    }
+                    for a in approvals
+                ],
+                f"approval requests of run {run_id}",
+            )
+            if approvals
+            else None
+        )
+        now = time.time()
+        expires = None if lease_ttl is None else now + lease_ttl
+        params = (
+            _text(status),
+            state_json,
+            now,
+            events_json,
+            approvals_json,
+            expires,
+            run_id,
+            token,
+        )
+        try:
+            written = await self._q(f"commit run {run_id}", _COMMIT, params, write=True)
+        except StoreError as exc:
+            if approvals and isinstance(exc.__cause__, sqlite3.IntegrityError):
+                await self._raise_taken(run_id, [a.approval_id for a in approvals])
+            raise
+        if not written:
+            await self._raise_stale(run_id, token)
+
+    async def _raise_taken(self, run_id: str, approval_ids: list[str]) -> None:
+        """Name the approval id that made a commit fail, if one is already taken."""
+        marks = ", ".join("?" * len(approval_ids))
+        rows = await self._q(
+            f"commit run {run_id}",
+            f"SELECT approval_id FROM approvals WHERE approval_id IN ({marks})",
+            approval_ids,
+        )
+        taken = {row[0] for row in rows}
+        seen: set[str] = set()
+        for approval_id in approval_ids:
+            if approval_id in taken or approval_id in seen:
+                raise StoreError(
+                    f"sqlite store {self.path}: cannot commit run {run_id}: approval "
+                    f"{approval_id!r} already exists; nothing was written"
+                )
+            seen.add(approval_id)
+
+    # -- approvals --------------------------------------------------------------------------
+
+    async def decide_approval(
+        self,
+        run_id: str,
+        approval_id: str,
+        *,
+        decision: ApprovalDecision,
+        approver: str,
+        approver_roles: tuple[str, ...],
+        reason: str | None,
+        event: EventDraft | None = None,
+    ) -> ApprovalRow:
+        """Answer a pending approval once; `ResolutionError` for a second answer."""
+        check_decision(decision)
+        event_json = (
+            encode_json({"kind": event.kind, "data": event.data}, f"the events of run {run_id}")
+            if event is not None
+            else None
+        )
+        roles = encode_json(list(approver_roles), f"the roles of approver {approver!r}")
+        what = f"answer approval {approval_id} of run {run_id}"
+        rows = await self._q(
+            what,
+            _DECIDE,
+            (decision, approver, roles, reason, time.time(), event_json, approval_id, run_id),
+            write=True,
+        )
+        if rows:
+            return _approval(rows[0])
+        await self._require_run(run_id)
+        found = await self._q(
+            what,
+            "SELECT status, approver FROM approvals WHERE approval_id = ? AND run_id = ?",
+            (approval_id, run_id),
+        )
+        if not found:
+            raise ResolutionError(f"run {run_id} has no approval {approval_id!r}")
+        raise already_answered(run_id, approval_id, found[0][0], found[0][1])
+
+    async def approvals(self, run_id: str) -> list[ApprovalRow]:
+        """Every approval request of the run, oldest first."""
+        rows = await self._q(
+            f"read the approvals of run {run_id}",
+            f"SELECT {_APPROVAL} FROM approvals WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        )
+        if not rows:
+            await self._require_run(run_id)
+        return [_approval(row) for row in rows]
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def session_runs(self, session_id: str, *, before: str | None = None) -> list[RunRecord]:
+        """Return the session's runs in creation order; with `before`, those created before it."""
+        what = f"read the runs of session {session_id}"
+        if before is None:
+            rows = await self._q(
+                what,
+                f"SELECT {_RUN} FROM runs WHERE session_id = ? ORDER BY seq",
+                (session_id,),
+            )
+        else:
+            rows = await self._q(
+                what,
+                f"SELECT {_RUN} FROM runs WHERE session_id = ? "
+                "AND seq < (SELECT seq FROM runs WHERE run_id = ?) ORDER BY seq",
+                (session_id, before),
+            )
+            if not rows:
+                await self._require_run(before)
+        return [_record(row) for row in rows]
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        task: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Return runs, newest first, filtered by status, task and tenant."""
+        if limit < 0:
+            raise ValueError(f"limit must be zero or more, got {limit}")
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("status", status), ("task", task), ("tenant", tenant)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(_text(value))
+        sql = f"SELECT {_RUN} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        params.append(limit)
+        return [_record(row) for row in await self._q("list runs", sql, params)]
+
+    async def events(
+        self, run_id: str, *, after: str = "0", limit: int | None = None
+    ) -> list[Event]:
+        """Return the run's events with a cursor after `after`, in order."""
+        position = min(parse_cursor(after), _MAX_ID)
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be zero or more, got {limit}")
+        rows = await self._q(
+            f"read the events of run {run_id}",
+            "SELECT id, kind, data, at FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (run_id, position, -1 if limit is None else limit),
+        )
+        if not rows:
+            await self._require_run(run_id)
+        return [
+            Event(run_id=run_id, cursor=str(i), kind=kind, data=_loads(data), at=at)
+            for i, kind, data, at in rows
+        ]
+
+    async def expired_runs(self, *, now: float | None = None) -> list[str]:
+        """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""
+        rows = await self._q(
+            "list expired runs",
+            "SELECT run_id FROM runs WHERE status = 'running' AND (lease_owner IS NULL "
+            "OR lease_expires IS NULL OR lease_expires <= ?) ORDER BY seq",
+            (time.time() if now is None else now,),
+        )
+        return [row[0] for row in rows]

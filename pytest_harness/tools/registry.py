@@ -1,0 +1,495 @@
+"""Tools: Python callables the model may call, each with a JSON schema derived from its signature.
+
+`ToolSet.from_spec` imports every tool a spec declares. `Tool.invoke` validates the model's
+arguments against the derived schema and calls the function with them as keyword arguments; a
+problem of the tool's own (bad arguments, an exception, a timeout) comes back as a `ToolOutcome`
+for the model to read, never as an exception into the run loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import docstring_parser
+import typing_extensions
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
+from pydantic_core import CoreSchema, to_json, to_jsonable_python
+
+from pytest_harness.errors import did_you_mean
+from pytest_harness.importing import import_callable
+from pytest_harness.models.base import ToolSchema
+from pytest_harness.tools.context import ToolContext, tool_context
+
+if TYPE_CHECKING:
+    from pytest_harness.spec.schema import ToolSpec
+    from pytest_harness.spec.spec import Spec
+
+__all__ = [
+    "InvalidToolArguments",
+    "OutcomeKind",
+    "Tool",
+    "ToolOutcome",
+    "ToolSet",
+    "ToolSignatureError",
+]
+
+OutcomeKind = Literal[
+    "ok", "invalid_arguments", "error", "timeout", "deadline", "denied", "declined", "unknown"
+]
+"""How a tool call ended.
+
+`Tool.invoke` gives `ok`, `invalid_arguments` (the model's arguments did not validate), `error`
+(the tool raised), `timeout` (its own timeout fired) or `deadline` (the run's deadline fired).
+The run loop settles calls it never invokes as `denied` (a rule), `declined` (an approver) or
+`unknown` (no such tool), in the same stored form.
+"""
+
+_KINDS: frozenset[str] = frozenset(get_args(OutcomeKind))
+_ARGUMENTS_CONFIG = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+"""Lax validation for LLM JSON (`"250"` → 250, `1001` → `"1001"`); unknown arguments are errors."""
+_MAX_SHOWN = 80
+"""Longest repr of a bad value quoted back to the model."""
+_make_typed_dict: Any = typing_extensions.TypedDict
+"""The functional `TypedDict(name, fields)` form, which type checkers reject for computed fields."""
+
+
+class InvalidToolArguments(ValueError):
+    """The model's arguments do not fit the tool's schema; `.problems` lists each, readably."""
+
+    def __init__(self, tool: str, problems: Sequence[str]) -> None:
+        self.tool = tool
+        self.problems = tuple(problems)
+        super().__init__(f"invalid arguments for tool {tool!r}: {'; '.join(self.problems)}")
+
+
+class ToolSignatureError(TypeError):
+    """A callable cannot be a tool (`*args`, positional-only parameters, a type with no schema).
+
+    `.reason` is the message without the tool's name, for a `SpecError` that names it already.
+    """
+
+    def __init__(self, tool: str, reason: str) -> None:
+        self.tool = tool
+        self.reason = reason
+        super().__init__(f"tool {tool!r}: {reason}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutcome:
+    """What one tool invocation came to: the value, and the text the model reads.
+
+    `ok` calls carry the result's JSON-able form in `value` (strings as they are, anything
+    unserialisable as its `repr`); failed ones carry `error = {"type", "message"}`. `to_dict()`
+    is the form the store keeps and `from_dict()` rebuilds it on resume.
+    """
+
+    ok: bool
+    kind: OutcomeKind
+    value: Any = None
+    text: str
+    error: Mapping[str, str] | None = None
+
+    @classmethod
+    def success(cls, result: Any) -> ToolOutcome:
+        """Build the outcome of a call that returned `result` (or of a resolved call)."""
+        if isinstance(result, str):
+            return cls(ok=True, kind="ok", value=result, text=result)
+        try:
+            value = to_jsonable_python(result, fallback=repr)
+            text = to_json(value).decode()
+        except Exception:  # circular references and other unserialisable shapes
+            value = text = repr(result)
+        return cls(ok=True, kind="ok", value=value, text=text)
+
+    @classmethod
+    def failure(cls, kind: OutcomeKind, text: str, *, type: str, message: str) -> ToolOutcome:
+        """Build a failed outcome: `text` for the model, `type` and `message` for the trace."""
+        error = {"type": type, "message": message}
+        return cls(ok=False, kind=kind, value=None, text=text, error=error)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form kept in the store."""
+        return {
+            "ok": self.ok,
+            "kind": self.kind,
+            "value": self.value,
+            "text": self.text,
+            "error": None if self.error is None else dict(self.error),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolOutcome:
+        """Rebuild an outcome from `to_dict()`'s form; `ValueError` names what does not fit."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a tool outcome must be a mapping, got {_short(data)}")
+        kind = data.get("kind")
+        if kind not in _KINDS:
+            raise ValueError(
+                f"tool outcome has kind {kind!r}; expected one of {', '.join(sorted(_KINDS))}"
+            )
+        ok = data.get("ok", kind == "ok")
+        if ok is not (kind == "ok"):
+            raise ValueError(f"tool outcome of kind {kind!r} cannot have ok={ok!r}")
+        text = data.get("text")
+        if not isinstance(text, str):
+            raise ValueError(f"tool outcome text must be a string, got {_short(text)}")
+        error = data.get("error")
+        if error is not None and not (
+            isinstance(error, Mapping)
+            and isinstance(error.get("type"), str)
+            and isinstance(error.get("message"), str)
+        ):
+            raise ValueError(f"tool outcome error must be {{type, message}}, got {_short(error)}")
+        return cls(
+            ok=ok,
+            kind=kind,
+            value=data.get("value"),
+            text=text,
+            error=None if error is None else {"type": error["type"], "message": error["message"]},
+        )
+
+
+class _Expired(Exception):
+    """The `asyncio.timeout` around a call fired (not a `TimeoutError` the tool raised)."""
+
+
+class Tool:
+    """A callable the model may call: its name, function, spec entry and derived schema.
+
+    The schema comes from the signature (pydantic builds the validator and the JSON schema) and
+    the docstring (the description and, from its Args/Parameters section, one per parameter).
+    Parameters with defaults are optional; unannotated ones accept anything. `*args`,
+    `**kwargs` and positional-only parameters raise `ToolSignatureError`: tools receive their
+    arguments as keyword arguments. `schema` is shared by every request that offers the tool:
+    read it, never mutate it.
+    """
+
+    __slots__ = ("_adapter", "_names", "fn", "is_async", "name", "schema", "spec")
+
+    def __init__(self, name: str, fn: Callable[..., Any], spec: ToolSpec | None = None) -> None:
+        if spec is None:
+            from pytest_harness.spec.schema import ToolSpec
+
+            spec = ToolSpec(call=_reference(fn))
+        self.name = name
+        self.fn = fn
+        self.spec = spec
+        self.is_async = _is_async(fn)
+        description, described = _read_docstring(fn)
+        self._adapter, parameters, self._names = _derive(name, fn, described)
+        self.schema = ToolSchema(
+            name=name, description=spec.description or description, parameters=parameters
+        )
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r}, {self.spec.call!r})"
+
+    def validate(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate and convert `args`, or raise `InvalidToolArguments` listing what is wrong.
+
+        Omitted optional arguments stay omitted, so the function's own defaults apply.
+        """
+        try:
+            return self._adapter.validate_python(args)
+        except ValidationError as exc:
+            raise InvalidToolArguments(self.name, self._problems(exc)) from None
+
+    async def invoke(
+        self,
+        args: Mapping[str, Any],
+        context: ToolContext,
+        *,
+        overall_timeout: float | None = None,
+    ) -> ToolOutcome:
+        """Validate `args`, call the function with them inside `context`, and say how it went.
+
+        Never raises for the tool's problems: bad arguments, an exception, the tool's `timeout`
+        or the run's remaining `overall_timeout` (whichever is smaller) come back as a failed
+        `ToolOutcome`. `asyncio.CancelledError` propagates. Async functions are awaited; a sync
+        function runs inline when no timeout applies, else in a worker thread so the timeout can
+        fire; that thread cannot be stopped and may run on after the timeout.
+        """
+        try:
+            kwargs = self._adapter.validate_python(args)
+        except ValidationError as exc:
+            message = str(InvalidToolArguments(self.name, self._problems(exc)))
+            return ToolOutcome.failure(
+                "invalid_arguments", message, type="InvalidToolArguments", message=message
+            )
+        limit = self.spec.timeout
+        kind: OutcomeKind = "timeout"
+        if overall_timeout is not None and (limit is None or overall_timeout <= limit):
+            limit, kind = overall_timeout, "deadline"
+        if limit is not None and limit <= 0:
+            return self._expired(kind, limit, started=False)
+        with tool_context(context):
+            try:
+                if limit is None:
+                    result = self.fn(**kwargs)
+                    if inspect.isawaitable(result):
+                        result = await result
+                else:
+                    result = await self._call_within(limit, kwargs)
+            except _Expired:
+                return self._expired(kind, limit or 0.0, started=True)
+            except Exception as exc:
+                return ToolOutcome.failure(
+                    "error",
+                    f"tool {self.name!r} raised {_describe(exc)}",
+                    type=type(exc).__name__,
+                    message=str(exc),
+                )
+        return ToolOutcome.success(result)
+
+    async def _call_within(self, limit: float, kwargs: dict[str, Any]) -> Any:
+        timer = asyncio.timeout(limit)
+        try:
+            async with timer:
+                if self.is_async:
+                    result = self.fn(**kwargs)
+                else:
+                    result = await asyncio.to_thread(self.fn, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+        except TimeoutError:
+            if timer.expired():
+                raise _Expired from None
+            raise
+        return result
+
+    def _expired(self, kind: OutcomeKind, limit: float, *, started: bool) -> ToolOutcome:
+        if kind == "timeout":
+            text = f"tool {self.name!r} timed out after {limit:g}s"
+        elif started:
+            text = f"tool {self.name!r} was stopped after {limit:g}s: the run's deadline passed"
+        else:
+            text = f"tool {self.name!r} was not called: the run's deadline has passed"
+        return ToolOutcome.failure(kind, text, type="TimeoutError", message=text)
+
+    def _problems(self, exc: ValidationError) -> list[str]:
+        problems = []
+        for error in exc.errors(include_url=False):
+            loc, kind = error["loc"], error["type"]
+            if kind == "extra_forbidden" and len(loc) == 1:
+                unexpected = str(loc[0])
+                hint = (
+                    did_you_mean(unexpected, self._names)
+                    if self._names
+                    else " (the tool takes no arguments)"
+                )
+                problems.append(f"unexpected argument {unexpected!r}{hint}")
+            elif kind == "missing" and len(loc) == 1:
+                problems.append(f"missing required argument {loc[0]!r}")
+            else:
+                got = _short(error["input"])
+                problems.append(f"{_format_loc(loc)}: {error['msg']} (got {got})")
+        return problems
+
+
+class ToolSet:
+    """The tools of a spec, by name, with their schemas cached per task's list of names."""
+
+    __slots__ = ("_schemas", "_tools")
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            self._tools[tool.name] = tool
+        self._schemas: dict[tuple[str, ...], tuple[ToolSchema, ...]] = {}
+
+    @classmethod
+    def from_spec(cls, spec: Spec) -> ToolSet:
+        """Import and check every tool of `spec`; a bad one is a `SpecError` at its line."""
+        tools = []
+        for name, tool_spec in spec.document.tools.items():
+            where = ("tools", name, "call")
+            fn = import_callable(tool_spec.call, spec=spec, where=where)
+            try:
+                tools.append(Tool(name, fn, tool_spec))
+            except ToolSignatureError as exc:
+                raise spec.error(exc.reason, where) from exc
+        return cls(tools)
+
+    def get(self, name: str) -> Tool | None:
+        """Return the tool called `name`, or None."""
+        return self._tools.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """Return every tool's name, in the spec's order."""
+        return tuple(self._tools)
+
+    def schemas(self, names: Sequence[str]) -> tuple[ToolSchema, ...]:
+        """Return the schemas of the tools `names` in that order; `KeyError` for an unknown one."""
+        key = tuple(names)
+        cached = self._schemas.get(key)
+        if cached is None:
+            for name in key:
+                if name not in self._tools:
+                    raise KeyError(f"unknown tool {name!r}{did_you_mean(name, self._tools)}")
+            cached = self._schemas[key] = tuple(self._tools[name].schema for name in key)
+        return cached
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolSet({', '.join(self._tools)})"
+
+
+class _SchemaWithoutTitles(GenerateJsonSchema):
+    """Pydantic's JSON schema minus the generated titles, which only cost the model tokens."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def generate(self, schema: CoreSchema, mode: JsonSchemaMode = "validation") -> JsonSchemaValue:
+        value = super().generate(schema, mode)
+        value.pop("title", None)
+        return value
+
+
+def _derive(
+    name: str, fn: Callable[..., Any], described: Mapping[str, str]
+) -> tuple[TypeAdapter[dict[str, Any]], dict[str, Any], tuple[str, ...]]:
+    """Build the validator, the JSON schema and the parameter names of `fn`'s arguments."""
+    where = _reference(fn)
+    try:
+        signature = inspect.signature(fn, eval_str=True)
+    except Exception as exc:
+        raise ToolSignatureError(
+            name, f"cannot read the signature of {where}: {_describe(exc)}"
+        ) from exc
+    fields: dict[str, Any] = {}
+    annotations: dict[str, Any] = {}
+    defaults: dict[str, Any] = {}
+    for param in signature.parameters.values():
+        if param.kind is param.VAR_POSITIONAL or param.kind is param.VAR_KEYWORD:
+            stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
+            raise ToolSignatureError(
+                name,
+                f"{where} takes {stars}{param.name}; tools receive their arguments as keyword "
+                "arguments, one named parameter each, so declare every argument by name",
+            )
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ToolSignatureError(
+                name,
+                f"parameter {param.name!r} of {where} is positional-only; tools receive their "
+                "arguments as keyword arguments, so drop the '/' from the signature",
+            )
+        annotation = Any if param.annotation is param.empty else param.annotation
+        annotations[param.name] = annotation
+        if param.default is param.empty:
+            fields[param.name] = typing_extensions.Required[annotation]
+        else:
+            fields[param.name] = typing_extensions.NotRequired[annotation]
+            defaults[param.name] = param.default
+    arguments = with_config(_ARGUMENTS_CONFIG)(_make_typed_dict("ToolArguments", fields))
+    arguments.__module__ = getattr(fn, "__module__", None) or __name__
+    try:
+        adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(arguments)
+        parameters = adapter.json_schema(schema_generator=_SchemaWithoutTitles)
+    except Exception as exc:
+        raise _unschemable(name, where, annotations, exc) from exc
+    properties = parameters.setdefault("properties", {})
+    for param_name, prop in properties.items():
+        if param_name in described:
+            prop.setdefault("description", described[param_name])
+        if param_name in defaults:
+            # A default that is not JSON-able stays out of the schema; it still applies.
+            with contextlib.suppress(Exception):
+                prop.setdefault("default", to_jsonable_python(defaults[param_name]))
+    return adapter, parameters, tuple(signature.parameters)
+
+
+def _unschemable(
+    name: str, where: str, annotations: Mapping[str, Any], exc: Exception
+) -> ToolSignatureError:
+    """Build the error naming the parameter whose type has no schema, when one is to blame."""
+    for param_name, annotation in annotations.items():
+        try:
+            TypeAdapter(annotation).json_schema()
+        except Exception as inner:
+            return ToolSignatureError(
+                name,
+                f"parameter {param_name!r} of {where} has type {_type_name(annotation)}, which "
+                f"has no JSON schema ({_first_line(inner)}); tools take JSON-able arguments: str, "
+                "int, float, bool, lists, dicts, Literal, Enum, dataclasses, pydantic models",
+            )
+    return ToolSignatureError(name, f"cannot derive a schema for {where}: {_first_line(exc)}")
+
+
+def _read_docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """Return the docstring's description and each parameter's (from Args/Parameters).
+
+    Sections are left out of the description; Google, NumPy, reST and Epydoc styles all work.
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    doc = inspect.getdoc(fn)
+    if not doc:
+        return "", {}
+    try:
+        parsed = docstring_parser.parse(doc)
+    except docstring_parser.ParseError:
+        return doc, {}
+    parts = (parsed.short_description, parsed.long_description)
+    description = "\n\n".join(part.strip() for part in parts if part and part.strip())
+    params = {p.arg_name: " ".join(p.description.split()) for p in parsed.params if p.description}
+    return description, params
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    # A callable object: is its class's __call__ a coroutine function?
+    return not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+
+
+def _reference(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", None) or "?"
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{module}:{qualname}"
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__qualname__", None) or repr(annotation)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _format_loc(loc: tuple[int | str, ...]) -> str:
+    if not loc:
+        return "arguments"
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _short(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= _MAX_SHOWN else shown[: _MAX_SHOWN - 3] + "..."

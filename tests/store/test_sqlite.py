@@ -1,0 +1,446 @@
+"""What only the sqlite store promises: the file, its schema, locks, processes and fork."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+import pytest_asyncio
+
+from pytest_harness.errors import StoreError
+from pytest_harness.store import EventDraft, NewApproval, NewRun, SQLiteStore
+from pytest_harness.store.sqlite import SCHEMA_VERSION
+
+pytestmark = pytest.mark.asyncio
+
+
+def new_run(**fields: Any) -> NewRun:
+    values: dict[str, Any] = {
+        "run_id": f"run_{uuid.uuid4().hex}",
+        "session_id": "ses_1",
+        "task": "orders",
+        "tenant": None,
+        "principal": {"id": "ann"},
+        "input": "hello",
+        "labels": {},
+        "idempotency_key": None,
+        "status": "running",
+        "state": {"steps": 0},
+        "events": (EventDraft("run_started", {"task": "orders"}),),
+    }
+    values.update(fields)
+    return NewRun(**values)
+
+
+@contextmanager
+def raw(path: Path) -> Iterator[sqlite3.Connection]:
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        yield conn
+
+
+@pytest_asyncio.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    made = SQLiteStore(tmp_path / "state.db", synchronous="normal")
+    await made.open()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# -- the file ---------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+async def test_file_and_folder_are_created_readable_by_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "state.db"
+    old_umask = os.umask(0o022)
+    try:
+        store = SQLiteStore(path)
+        try:
+            await store.create_run(new_run())
+            assert mode(path) == 0o600
+            sidecars = [Path(f"{path}{suffix}") for suffix in ("-wal", "-shm")]
+            assert any(p.exists() for p in sidecars)
+            for sidecar in sidecars:
+                if sidecar.exists():
+                    assert mode(sidecar) == 0o600, sidecar
+        finally:
+            await store.close()
+    finally:
+        os.umask(old_umask)
+    assert mode(path) == 0o600
+
+
+async def test_pragmas(tmp_path: Path) -> None:
+    settings: tuple[tuple[Literal["full", "normal"], int], ...] = (("full", 2), ("normal", 1))
+    for synchronous, level in settings:
+        store = SQLiteStore(tmp_path / f"{synchronous}.db", synchronous=synchronous)
+        try:
+            assert await store._q("t", "PRAGMA journal_mode") == [("wal",)]
+            assert await store._q("t", "PRAGMA synchronous") == [(level,)]
+            assert await store._q("t", "PRAGMA busy_timeout") == [(5000,)]
+        finally:
+            await store.close()
+
+
+async def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="'off'"):
+        SQLiteStore("x.db", synchronous="off")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="busy_timeout"):
+        SQLiteStore("x.db", busy_timeout=-1)
+
+
+async def test_reopening_keeps_everything(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    first = SQLiteStore(path)
+    try:
+        record, _ = await first.create_run(new_run(idempotency_key="k"))
+        token = await first.acquire_lease(record.run_id, "w1", 30)
+        await first.commit(
+            record.run_id,
+            token,
+            status="awaiting_approval",
+            state={"steps": 3},
+            events=[EventDraft("step", {"n": 1})],
+            approvals=[
+                NewApproval(
+                    approval_id="apr_1",
+                    execution_key="exk",
+                    args_digest="d",
+                    tool="refund",
+                    args={"amount": 250},
+                    rule_id="R1",
+                    approvers=("finance",),
+                    requested_by="ann",
+                )
+            ],
+        )
+        events = await first.events(record.run_id)
+        stored = await first.get_run(record.run_id)
+    finally:
+        await first.close()
+    second = SQLiteStore(path)
+    try:
+        assert await second.get_run(record.run_id) == stored
+        assert await second.events(record.run_id) == events
+        assert [a.approval_id for a in await second.approvals(record.run_id)] == ["apr_1"]
+        again, created = await second.create_run(new_run(idempotency_key="k"))
+        assert (again.run_id, created) == (record.run_id, False)
+        await second.commit(
+            record.run_id, token, status="running", state={}, events=[EventDraft("more")]
+        )
+        after = await second.events(record.run_id, after=events[-1].cursor)
+        assert [e.kind for e in after] == ["more"]
+        assert int(after[0].cursor) > int(events[-1].cursor)
+    finally:
+        await second.close()
+
+
+async def test_commit_leaves_no_payload_in_the_outbox_columns(store: SQLiteStore) -> None:
+    record, _ = await store.create_run(new_run())
+    await store.commit(
+        record.run_id,
+        0,
+        status="awaiting_approval",
+        state={},
+        events=[EventDraft("e")],
+        approvals=[
+            NewApproval(
+                approval_id="apr_1",
+                execution_key="exk",
+                args_digest="d",
+                tool="t",
+                args={},
+                rule_id="R1",
+                approvers=(),
+                requested_by="ann",
+            )
+        ],
+    )
+    await store.decide_approval(
+        record.run_id,
+        "apr_1",
+        decision="approve",
+        approver="fiona",
+        approver_roles=(),
+        reason=None,
+        event=EventDraft("answered"),
+    )
+    with raw(store.path) as conn:
+        assert conn.execute("SELECT pending_events, pending_approvals FROM runs").fetchall() == [
+            (None, None)
+        ]
+        assert conn.execute("SELECT pending_event FROM approvals").fetchall() == [(None,)]
+        assert conn.execute("SELECT kind FROM events ORDER BY id").fetchall() == [
+            ("run_started",),
+            ("e",),
+            ("answered",),
+        ]
+
+
+# -- the schema -------------------------------------------------------------------------------
+
+
+async def test_schema_version_is_recorded(store: SQLiteStore) -> None:
+    with raw(store.path) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM schema_version")]
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.close()
+    with raw(path) as conn:
+        conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (99, 0)")
+    newer = SQLiteStore(path)
+    with pytest.raises(StoreError) as info:
+        await newer.open()
+    message = str(info.value)
+    assert str(path) in message
+    assert "schema version 99" in message
+    assert f"version {SCHEMA_VERSION} that this pytest-harness knows" in message
+    await newer.close()
+
+
+async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("these are my notes, not a database\n" * 200)
+    store = SQLiteStore(path)
+    with pytest.raises(StoreError) as info:
+        await store.get_run("run_1")
+    assert str(path) in str(info.value)
+    assert "not a SQLite database" in str(info.value)
+    await store.close()
+    assert path.read_text().startswith("these are my notes")
+
+
+async def test_a_folder_that_cannot_be_created_is_a_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    store = SQLiteStore(blocker / "state.db")
+    with pytest.raises(StoreError, match="cannot create the file"):
+        await store.open()
+    await store.close()
+
+
+# -- locks, full disks and processes ----------------------------------------------------------
+
+
+async def test_a_locked_database_is_a_store_error_and_nothing_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path, busy_timeout=0.2)
+    try:
+        record, _ = await store.create_run(new_run())
+        with raw(path) as other:
+            other.execute("BEGIN EXCLUSIVE")
+            started = time.monotonic()
+            with pytest.raises(StoreError) as info:
+                await store.commit(
+                    record.run_id, 0, status="completed", state={"x": 1}, events=[EventDraft("e")]
+                )
+            assert time.monotonic() - started >= 0.15
+            message = str(info.value)
+            assert str(path) in message
+            assert "locked" in message
+            assert "busy timeout (0.2s)" in message
+            assert "nothing was written" in message
+            with pytest.raises(StoreError, match="locked"):
+                await store.create_run(new_run())
+            with pytest.raises(StoreError, match="locked"):
+                await store.acquire_lease(record.run_id, "w1", 30)
+            # WAL: reads go on while another connection writes
+            assert (await store.get_run(record.run_id)).status == "running"
+            other.execute("ROLLBACK")
+        got = await store.get_run(record.run_id)
+        assert (got.status, got.state, got.lease_owner) == ("running", {"steps": 0}, None)
+        assert [e.kind for e in await store.events(record.run_id)] == ["run_started"]
+        assert len(await store.list_runs()) == 1
+        await store.commit(record.run_id, 0, status="completed", state={})  # usable again
+    finally:
+        await store.close()
+
+
+async def test_opening_waits_for_a_lock_on_a_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with raw(path) as other:  # a rollback-journal file another process is writing
+        other.execute("CREATE TABLE unrelated (x)")
+        other.execute("BEGIN EXCLUSIVE")
+        other.execute("INSERT INTO unrelated VALUES (1)")
+        waiting = SQLiteStore(path, busy_timeout=0.2)
+        with pytest.raises(StoreError, match="locked"):
+            await waiting.open()
+        await waiting.close()
+        patient = SQLiteStore(path, busy_timeout=5)
+        opening = asyncio.create_task(patient.open())
+        await asyncio.sleep(0.3)
+        assert not opening.done()
+        other.execute("COMMIT")
+        await opening
+    try:
+        record, _ = await patient.create_run(new_run())
+        assert (await patient.get_run(record.run_id)).run_id == record.run_id
+    finally:
+        await patient.close()
+
+
+async def test_a_full_disk_is_a_store_error_and_nothing_is_written(store: SQLiteStore) -> None:
+    record, _ = await store.create_run(new_run())
+    (pages,) = (await store._q("t", "PRAGMA page_count"))[0]
+    await store._q("t", f"PRAGMA max_page_count = {pages}")  # as if the disk were full
+    with pytest.raises(StoreError) as info:
+        await store.commit(
+            record.run_id,
+            0,
+            status="completed",
+            state={"big": "x" * 200_000},
+            events=[EventDraft("e", {"big": "y" * 100_000})],
+        )
+    message = str(info.value)
+    assert str(store.path) in message and "full" in message and "nothing was written" in message
+    got = await store.get_run(record.run_id)
+    assert (got.status, got.state) == ("running", {"steps": 0})
+    assert [e.kind for e in await store.events(record.run_id)] == ["run_started"]
+
+
+async def test_use_from_another_process_is_refused(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record, _ = await store.create_run(new_run())
+    real = os.getpid()
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "getpid", lambda: real + 1)
+        with pytest.raises(StoreError) as info:
+            await store.get_run(record.run_id)
+        message = str(info.value)
+        assert f"opened in process {real}, used from process {real + 1}" in message
+        assert "fork()" in message
+        with pytest.raises(StoreError, match="fork"):
+            await store.commit(record.run_id, 0, status="running", state={})
+        with pytest.raises(StoreError, match="fork"):
+            await store.open()
+    assert (await store.get_run(record.run_id)).run_id == record.run_id
+
+
+WORKER = textwrap.dedent(
+    """
+    import asyncio, json, os, sys, time, uuid
+    from pytest_harness.store import EventDraft, NewRun, SQLiteStore
+
+    async def main(path, count, start_at):
+        store = SQLiteStore(path, synchronous="normal", busy_timeout=30)
+        created = 0
+        try:
+            while time.time() < start_at:
+                await asyncio.sleep(0.001)
+            for i in range(count):
+                for key in (f"shared-{i}", None):
+                    run = NewRun(
+                        run_id=f"run_{uuid.uuid4().hex}", session_id=f"ses_{os.getpid()}",
+                        task="orders", tenant=None, principal={"id": "w"}, input=str(i),
+                        labels={}, idempotency_key=key, status="running", state={"i": i},
+                        events=[EventDraft("run_started")],
+                    )
+                    record, new = await store.create_run(run)
+                    if not new:
+                        continue
+                    created += 1
+                    token = await store.acquire_lease(record.run_id, str(os.getpid()), 30)
+                    await store.commit(
+                        record.run_id, token, status="completed", state={"i": i, "done": True},
+                        events=[EventDraft("step", {"i": i}), EventDraft("run_result")],
+                        lease_ttl=30,
+                    )
+                    await store.release_lease(record.run_id, token)
+        finally:
+            await store.close()
+        print(json.dumps({"created": created}))
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
+    """
+)
+
+
+@pytest.mark.slow
+async def test_two_processes_share_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "shared" / "state.db"  # neither process finds the file: both create it
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    count = 200
+    start_at = time.time() + 1.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(path), str(count), str(start_at)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = []
+    for proc in procs:
+        out, err = await asyncio.to_thread(proc.communicate, timeout=180)
+        assert proc.returncode == 0, err
+        assert err == ""
+        outputs.append(json.loads(out))
+    created = sum(o["created"] for o in outputs)
+    assert created == count + 2 * count  # one run per shared key, one unkeyed run per process
+    with raw(path) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (created,)
+        assert conn.execute(
+            "SELECT count(*) FROM runs WHERE status = 'completed' AND lease_owner IS NULL"
+        ).fetchone() == (created,)
+        assert conn.execute(
+            "SELECT count(DISTINCT idempotency_key) FROM runs WHERE idempotency_key IS NOT NULL"
+        ).fetchone() == (count,)
+        assert conn.execute("SELECT count(*), count(DISTINCT id) FROM events").fetchone() == (
+            3 * created,
+            3 * created,
+        )
+        per_run = conn.execute(
+            "SELECT group_concat(kind, ',') FROM (SELECT run_id, kind FROM events ORDER BY id) "
+            "GROUP BY run_id"
+        ).fetchall()
+        assert {row[0] for row in per_run} == {"run_started,step,run_result"}
+    assert mode(path) == 0o600
+
+
+async def test_many_tasks_on_one_store(store: SQLiteStore) -> None:
+    async def one(i: int) -> None:
+        record, _ = await store.create_run(new_run(session_id="ses_many"))
+        token = await store.acquire_lease(record.run_id, f"w{i}", 30)
+        for step in range(3):
+            await store.commit(
+                record.run_id,
+                token,
+                status="running",
+                state={"step": step},
+                events=[EventDraft("step", {"step": step})],
+                lease_ttl=30,
+            )
+        await store.release_lease(record.run_id, token)
+
+    await asyncio.gather(*(one(i) for i in range(50)))
+    runs = await store.session_runs("ses_many")
+    assert len(runs) == 50
+    for run in runs:
+        assert [e.kind for e in await store.events(run.run_id)] == ["run_started"] + ["step"] * 3
