@@ -84,6 +84,8 @@ class Driver:
         self.principal_vars = self.principal.to_dict()
         self.labels = dict(record.labels)
         self.history: list[Message] = []
+        self.released = False
+        """Whether the last commit gave the lease up (the run ended or suspended)."""
         self._started = time.monotonic()
         self._elapsed0 = self.state.elapsed
 
@@ -417,7 +419,7 @@ class Driver:
             events.append(EventDraft("text_complete", {"text": state.output}))
         events.append(EventDraft("status_changed", {"status": status.value}))
         events.append(EventDraft("run_result", {"status": status.value}))
-        await self._commit(events)
+        await self._commit(events, release=True)
         return self.result()
 
     async def _suspend(
@@ -425,11 +427,15 @@ class Driver:
     ) -> RunResult:
         self.status = status
         events.append(EventDraft("status_changed", {"status": status.value}))
-        await self._commit(events, approvals)
+        await self._commit(events, approvals, release=True)
         return self.result()
 
     async def _commit(
-        self, events: list[EventDraft], approvals: list[NewApproval] | None = None
+        self,
+        events: list[EventDraft],
+        approvals: list[NewApproval] | None = None,
+        *,
+        release: bool = False,
     ) -> None:
         self.state.elapsed = self._elapsed()
         await self.ctx.store.commit(
@@ -440,7 +446,9 @@ class Driver:
             events=events,
             approvals=approvals or (),
             lease_ttl=self.ctx.lease if self.ctx.renew else None,
+            release=release,
         )
+        self.released = release
 
     def result(self) -> RunResult:
         """The run's result as of the last commit."""

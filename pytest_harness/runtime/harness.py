@@ -160,7 +160,7 @@ class Harness:
         )
         if not created:
             return await self.result(record.run_id)
-        return await self._drive(record)
+        return await self._drive(record, created=True, new_session=session_id is None)
 
     async def submit(
         self,
@@ -177,7 +177,11 @@ class Harness:
         record, created = await self._create(
             task, input, principal, tenant, session_id, labels, idempotency_key
         )
-        coro = self._drive(record) if created else self.result(record.run_id)
+        coro = (
+            self._drive(record, created=True, new_session=session_id is None)
+            if created
+            else self.result(record.run_id)
+        )
         job = asyncio.ensure_future(coro)
         self._background.add(job)
         job.add_done_callback(self._background.discard)
@@ -330,16 +334,29 @@ class Harness:
                 status=RunStatus.RUNNING.value,
                 state=RunState().to_dict(),
                 events=[EventDraft("run_started", {"task": task})],
+                lease_owner=self.owner,
+                lease_ttl=self.spec.document.state.lease,
             )
         )
 
-    async def _drive(self, record: RunRecord) -> RunResult:
+    async def _drive(
+        self, record: RunRecord, *, created: bool = False, new_session: bool = False
+    ) -> RunResult:
+        """Drive a run under this worker's lease until it ends or suspends.
+
+        A run this worker has just `created` already holds its lease (token 1); any other is
+        leased here and read again, for what its previous holder committed. The driver's last
+        commit releases the lease; if it never gets there, the lease is released here.
+        """
         plan = self._plan(record.task)
         store = self.store
         state = self.spec.document.state
-        token = await store.acquire_lease(record.run_id, self.owner, state.lease)
+        token = record.lease_token
+        if not created:
+            token = await store.acquire_lease(record.run_id, self.owner, state.lease)
+            record = await store.get_run(record.run_id)
+        released = False
         try:
-            record = await store.get_run(record.run_id)  # what the previous holder committed
             status = RunStatus(record.status)
             if status.ended:
                 return _result(record)
@@ -359,9 +376,13 @@ class Harness:
                     for c in driver.state.calls
                 ):
                     return _result(record)
-            return await driver.drive(await self._history(record))
+            history = [] if new_session else await self._history(record)
+            result = await driver.drive(history)
+            released = driver.released
+            return result
         finally:
-            await store.release_lease(record.run_id, token)
+            if not released:
+                await store.release_lease(record.run_id, token)
 
     async def _history(self, record: RunRecord) -> list[Message]:
         """The messages of the session's earlier completed runs."""

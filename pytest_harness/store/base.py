@@ -129,6 +129,10 @@ class NewRun:
     status: str
     state: Mapping[str, Any]
     events: Sequence[EventDraft] = ()
+    lease_owner: str | None = None
+    """When set, the run is created already leased to this owner (token 1) for `lease_ttl`
+    seconds, so no other worker can take it between its creation and its first step."""
+    lease_ttl: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,13 +211,15 @@ class Store(Protocol):
         events: Sequence[EventDraft] = (),
         approvals: Sequence[NewApproval] = (),
         lease_ttl: float | None = None,
+        release: bool = False,
     ) -> None:
         """Write one boundary atomically: status, state, events and new approval requests.
 
         Rejected with `StoreError` (nothing written) when `token` is not the run's current
         fencing token ([`stale_token`][]), `UnknownRun` when there is no such run. With
         `lease_ttl`, a held lease is extended to `lease_ttl` seconds from now in the same
-        write (a run nobody holds stays unheld). An `approval_id` that already exists is a
+        write (a run nobody holds stays unheld); with `release`, the lease is given up in the
+        same write (the last commit of a drive). An `approval_id` that already exists is a
         `StoreError`.
         """
 

@@ -225,6 +225,10 @@ class MemoryStore:
         stored = _Run(
             run, len(self._runs) + 1, principal=principal, labels=labels, state=state, now=now
         )
+        if run.lease_owner is not None:
+            stored.lease_owner = run.lease_owner
+            stored.lease_token = 1
+            stored.lease_expires = now + (run.lease_ttl or 0.0)
         self._runs[run.run_id] = stored
         self._sessions.setdefault(run.session_id, []).append(stored)
         if key is not None:
@@ -280,6 +284,7 @@ class MemoryStore:
         events: Sequence[EventDraft] = (),
         approvals: Sequence[NewApproval] = (),
         lease_ttl: float | None = None,
+        release: bool = False,
     ) -> None:
         """Write status, state, events and approval requests at once, fenced by `token`."""
         run = self._run(run_id)
@@ -308,7 +313,10 @@ class MemoryStore:
         run.status = _text(status)
         run.state = state_json
         run.updated_at = now
-        if lease_ttl is not None and run.lease_owner is not None:
+        if release:
+            run.lease_owner = None
+            run.lease_expires = None
+        elif lease_ttl is not None and run.lease_owner is not None:
             run.lease_expires = now + lease_ttl
         if encoded:
             self._append(run, encoded, now)

@@ -201,14 +201,16 @@ _APPROVAL = (
 
 _CREATE = (
     "INSERT INTO runs (run_id, session_id, task, tenant, tenant_key, principal, input, labels, "
-    "idempotency_key, status, state, created_at, updated_at, pending_events) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "idempotency_key, status, state, created_at, updated_at, pending_events, lease_owner, "
+    "lease_token, lease_expires) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING seq"
 )
 _COMMIT = (
     "UPDATE runs SET status = ?1, state = ?2, updated_at = ?3, pending_events = ?4, "
-    "pending_approvals = ?5, lease_expires = CASE WHEN ?6 IS NULL OR lease_owner IS NULL "
-    "THEN lease_expires ELSE ?6 END "
+    "pending_approvals = ?5, lease_expires = CASE WHEN ?9 THEN NULL "
+    "WHEN ?6 IS NULL OR lease_owner IS NULL THEN lease_expires ELSE ?6 END, "
+    "lease_owner = CASE WHEN ?9 THEN NULL ELSE lease_owner END "
     "WHERE run_id = ?7 AND lease_token = ?8 RETURNING 1"
 )
 _ACQUIRE = (
@@ -555,6 +557,9 @@ class SQLiteStore:
                 now,
                 now,
                 events,
+                run.lease_owner,
+                1 if run.lease_owner is not None else 0,
+                now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
             ),
             write=True,
         )
@@ -572,6 +577,9 @@ class SQLiteStore:
                 state=_loads(state),
                 created_at=now,
                 updated_at=now,
+                lease_owner=run.lease_owner,
+                lease_token=1 if run.lease_owner is not None else 0,
+                lease_expires=now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
             )
             return record, True
         rows = await self._q(
@@ -658,6 +666,7 @@ class SQLiteStore:
         events: Sequence[EventDraft] = (),
         approvals: Sequence[NewApproval] = (),
         lease_ttl: float | None = None,
+        release: bool = False,
     ) -> None:
         """Write status, state, events and approval requests in one fenced statement."""
         state_json = encode_json(state, f"the state of run {run_id}")
@@ -700,6 +709,7 @@ class SQLiteStore:
             expires,
             run_id,
             token,
+            release,
         )
         try:
             written = await self._q(f"commit run {run_id}", _COMMIT, params, write=True)

@@ -372,6 +372,33 @@ async def test_commit_extends_a_held_lease(store: Store) -> None:
     assert got.lease_owner == "w1"
 
 
+async def test_run_created_leased_is_held_from_the_start(store: Store) -> None:
+    record, created = await store.create_run(new_run(lease_owner="w1", lease_ttl=30))
+    assert created and (record.lease_owner, record.lease_token) == ("w1", 1)
+    assert record.lease_expires is not None and record.lease_expires > time.time() + 29
+    got = await store.get_run(record.run_id)
+    assert (got.lease_owner, got.lease_token) == ("w1", 1)
+    with pytest.raises(RunBusy):
+        await store.acquire_lease(record.run_id, "w2", 30)
+    assert record.run_id not in await store.expired_runs()
+    await store.commit(record.run_id, 1, status="running", state={"n": 1})
+
+
+async def test_commit_can_release_the_lease_in_the_same_write(store: Store) -> None:
+    record, _ = await store.create_run(new_run(lease_owner="w1", lease_ttl=30))
+    await store.commit(
+        record.run_id, 1, status="completed", state={"done": True}, lease_ttl=30, release=True
+    )
+    got = await store.get_run(record.run_id)
+    assert (got.status, got.state, got.lease_owner, got.lease_expires) == (
+        "completed",
+        {"done": True},
+        None,
+        None,
+    )
+    assert await store.acquire_lease(record.run_id, "w2", 30) == 2
+
+
 async def test_renew_lease(store: Store) -> None:
     record, _ = await store.create_run(new_run())
     token = await store.acquire_lease(record.run_id, "w1", 1)
