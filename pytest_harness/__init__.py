@@ -51,6 +51,8 @@ from pytest_harness.runtime.trace import Decision, ToolCall, Trace
 
 if TYPE_CHECKING:
     from pytest_harness.models.live import allow_live_models
+    from pytest_harness.recording.model import Recording
+    from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness, RunHandle, load
     from pytest_harness.spec.schema import ReplayPolicy
     from pytest_harness.tools.context import ToolContext, current_tool_context
@@ -69,8 +71,10 @@ __all__ = [
     "ModelError",
     "PendingTool",
     "Principal",
+    "Recording",
     "ReplayDiverged",
     "ReplayPolicy",
+    "ReplayReport",
     "ResolutionError",
     "RunAwaitingInput",
     "RunBusy",
@@ -103,6 +107,8 @@ _LAZY = {
     "RunHandle": "pytest_harness.runtime.harness",
     "load": "pytest_harness.runtime.harness",
     "ReplayPolicy": "pytest_harness.spec.schema",
+    "Recording": "pytest_harness.recording.model",
+    "ReplayReport": "pytest_harness.replay.report",
     "ToolContext": "pytest_harness.tools.context",
     "current_tool_context": "pytest_harness.tools.context",
     "allow_live_models": "pytest_harness.models.live",

@@ -23,9 +23,6 @@ if TYPE_CHECKING:
     from pytest_harness.spec.spec import KeyPath, Spec
     from pytest_harness.store.base import Store
 
-LIVE_PROVIDERS = ("openai", "anthropic")
-"""Providers a spec may name before their plugin is installed (they call out of the process)."""
-
 
 def _scripted(config: ProviderConfig) -> ModelProvider:
     from pytest_harness.models.scripted import ScriptedProvider
@@ -39,10 +36,16 @@ def _function(config: ProviderConfig) -> ModelProvider:
     return FunctionProvider.from_config(config)
 
 
-def _live(config: ProviderConfig) -> ModelProvider:
-    from pytest_harness.models.live import UninstalledLiveProvider
+def _openai(config: ProviderConfig) -> ModelProvider:
+    from pytest_harness.models.openai import OpenAIProvider
 
-    return UninstalledLiveProvider(config)
+    return OpenAIProvider.from_config(config)
+
+
+def _anthropic(config: ProviderConfig) -> ModelProvider:
+    from pytest_harness.models.anthropic import AnthropicProvider
+
+    return AnthropicProvider.from_config(config)
 
 
 def _memory(state: StateSpec, spec: Spec) -> Store:
@@ -72,11 +75,13 @@ def _guard(check: str) -> GuardCheckFactory:
 
 @hookimpl
 def harness_model_providers() -> Mapping[str, ProviderFactory]:
-    """`scripted` and `function`, plus placeholders for the live providers."""
-    providers: dict[str, ProviderFactory] = {"scripted": _scripted, "function": _function}
-    for name in LIVE_PROVIDERS:
-        providers[name] = _live
-    return providers
+    """`scripted` and `function`, and the live `openai` and `anthropic`."""
+    return {
+        "scripted": _scripted,
+        "function": _function,
+        "openai": _openai,
+        "anthropic": _anthropic,
+    }
 
 
 @hookimpl

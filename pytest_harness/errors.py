@@ -29,7 +29,7 @@ Every message says what was wrong and with what value, so that one line in a log
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_harness.runtime.results import RunResult
@@ -167,13 +167,26 @@ class LiveModelBlocked(HarnessError):
 
 
 class ModelError(HarnessError):
-    """A model provider failed; `.kind` is `rate_limit`, `server`, `timeout` or `refusal`."""
+    """A model provider failed; `.kind` is `rate_limit`, `server`, `timeout` or `refusal`.
+
+    Live providers add `auth` (a missing or rejected API key) and `bad_request` (the server
+    refused the request as malformed); neither is retried. `.retry_after` is the wait in seconds
+    the server asked for (`Retry-After`), when it asked for one.
+    """
 
     RETRYABLE = frozenset({"rate_limit", "server", "timeout"})
 
-    def __init__(self, kind: str, message: str, *, model: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        model: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         self.kind = kind
         self.model = model
+        self.retry_after = retry_after
         super().__init__(message)
 
     @property
@@ -187,11 +200,21 @@ class StoreError(HarnessError):
 
 
 class ArchiveError(HarnessError):
-    """A recording archive is malformed, tampered with or over a limit."""
+    """A recording file or archive is malformed, of an unknown version, or over a limit."""
 
 
 class ReplayDiverged(HarnessError):
-    """A replay asked for something its recording lacks."""
+    """A replay asked for something its recording lacks.
+
+    `.expected` is what the recording holds (the recorded call, or the number of turns) and
+    `.actual` what the replay asked for, so a report can show them field by field.
+    """
+
+    def __init__(self, reason: str, *, expected: Any = None, actual: Any = None) -> None:
+        self.reason = reason
+        self.expected = expected
+        self.actual = actual
+        super().__init__(reason)
 
 
 class RunError(HarnessError):

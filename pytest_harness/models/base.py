@@ -6,9 +6,14 @@ the reverse.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+
+if TYPE_CHECKING:
+    from pytest_harness.errors import ModelError
 
 __all__ = [
     "Message",
@@ -18,6 +23,7 @@ __all__ = [
     "ProposedCall",
     "TokenUsage",
     "ToolSchema",
+    "content_digest",
     "estimate_request_tokens",
     "estimate_tokens",
 ]
@@ -63,6 +69,23 @@ class ModelRequest:
     turn: int
     input: str
     attempt_id: str = ""
+    on_text: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    """Streaming providers call this with each piece of answer text as it arrives."""
+
+    def content(self) -> dict[str, Any]:
+        """The request as plain JSON: what a recording keeps and a replay compares."""
+        return {
+            "system": self.system,
+            "messages": [dict(m) for m in self.messages],
+            "tools": [
+                {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+                for t in self.tools
+            ],
+        }
+
+    def digest(self) -> str:
+        """`sha256:` of the canonical JSON of `content()`: equal requests, equal digests."""
+        return content_digest(self.content())
 
     def describe(self) -> str:
         """A short description of the request for error messages."""
@@ -115,8 +138,11 @@ class ModelProvider(Protocol):
         """Answer one request, or raise `ModelError` (`.kind` says whether to retry)."""
         ...
 
-    def retry_delay(self, attempt: int) -> float:
-        """Seconds to wait before retry number `attempt` (1-based)."""
+    def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
+        """Seconds to wait before retry number `attempt` (1-based), after `error` if given.
+
+        Live providers honour the wait the server asked for (`error.retry_after`).
+        """
         ...
 
 
@@ -129,3 +155,9 @@ def estimate_request_tokens(request: ModelRequest) -> int:
     """A rough token count of a request's system prompt and messages."""
     size = len(request.system) + sum(len(m.get("content") or "") for m in request.messages)
     return max(1, (size + 3) // 4)
+
+
+def content_digest(content: Any) -> str:
+    """`sha256:` of the canonical JSON of `content` (sorted keys, no spaces)."""
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

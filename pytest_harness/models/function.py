@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from pytest_harness.errors import HarnessError
+from pytest_harness.errors import HarnessError, ModelError
 from pytest_harness.hookspecs import ProviderConfig
 from pytest_harness.models.base import (
     ModelRequest,
@@ -63,6 +63,6 @@ class FunctionProvider:
             "return a ModelResponse or a str"
         )
 
-    def retry_delay(self, attempt: int) -> float:
+    def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
         """A function's failures are retried at once."""
         return 0.0

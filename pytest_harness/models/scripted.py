@@ -237,7 +237,7 @@ class ScriptedProvider:
         usage = _usage(turn, request, calls)
         return ModelResponse(text=turn.say, calls=calls, usage=usage)
 
-    def retry_delay(self, attempt: int) -> float:
+    def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
         """Scripted errors are retried at once: waiting would only slow the tests down."""
         return 0.0
 

@@ -24,9 +24,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_harness.errors import HarnessError, LiveModelBlocked, ModelError, StoreError
-from pytest_harness.models.base import Message, ModelRequest, ModelResponse
+from pytest_harness.errors import (
+    HarnessError,
+    LiveModelBlocked,
+    ModelError,
+    ReplayDiverged,
+    StoreError,
+)
+from pytest_harness.models.base import Message, ModelRequest, ModelResponse, content_digest
 from pytest_harness.models.live import live_models_allowed
+from pytest_harness.redaction import comparable
 from pytest_harness.runtime.guards import GuardContext, apply_guards
 from pytest_harness.runtime.plan import ModelLink, TaskPlan
 from pytest_harness.runtime.principal import Principal
@@ -35,7 +42,7 @@ from pytest_harness.runtime.rules import evaluate_rules
 from pytest_harness.runtime.state import RunState, result_from_state
 from pytest_harness.runtime.trace import Decision
 from pytest_harness.spec.schema import Effect, ReplayPolicy
-from pytest_harness.store.base import EventDraft, NewApproval, RunRecord, Store
+from pytest_harness.store.base import ApprovalRow, EventDraft, NewApproval, RunRecord, Store
 from pytest_harness.tools.context import ToolContext
 
 if TYPE_CHECKING:
@@ -56,6 +63,18 @@ def args_digest(args: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _answer(response: ModelResponse) -> dict[str, Any]:
+    """A model answer as a recording keeps it."""
+    return {
+        "text": response.text,
+        "calls": [{"id": c.id, "name": c.name, "args": dict(c.args)} for c in response.calls],
+        "usage": {
+            "input_tokens": response.usage.input_tokens,
+            "output_tokens": response.usage.output_tokens,
+        },
+    }
+
+
 class _Deadline(Exception):
     """The run's deadline passed while waiting on a model or a tool."""
 
@@ -68,6 +87,11 @@ class DriveContext:
     owner: str
     lease: float
     renew: bool
+    record: bool = False
+    """Record new runs (a run keeps the choice it started with)."""
+    keep_requests: bool = True
+    """Keep each recorded model request's content, not only its digest."""
+    spec_digest: str = ""
 
 
 class Driver:
@@ -99,7 +123,7 @@ class Driver:
             renewer = asyncio.create_task(self._renew_lease())
         try:
             return await self._loop()
-        except (StoreError, asyncio.CancelledError):
+        except (StoreError, ReplayDiverged, asyncio.CancelledError):
             raise
         except Exception as exc:  # a bug in a plugin or in user code outside a tool
             return await self._end(
@@ -114,6 +138,14 @@ class Driver:
         if self.status is not RunStatus.RUNNING:
             self.status = RunStatus.RUNNING
         if state.phase == "start":
+            if self.ctx.record:
+                state.rec = {
+                    "spec_digest": self.ctx.spec_digest,
+                    "history": list(self.history),
+                    "models": [],
+                    "tools": [],
+                    "approvals": [],
+                }
             refused = await self._check_input()
             if refused is not None:
                 return refused
@@ -147,6 +179,8 @@ class Driver:
             link, response = await self._ask_models()
         except _Deadline:
             return await self._limit_deadline()
+        except ReplayDiverged:
+            raise
         except ModelError as exc:
             return await self._end(
                 RunStatus.FAILED, error={"type": "ModelError", "message": str(exc)}
@@ -200,18 +234,22 @@ class Driver:
                 raise LiveModelBlocked(link.provider.name, link.name)
             for attempt in range(link.spec.retries + 1):
                 if attempt:
-                    await self._sleep(link.provider.retry_delay(attempt))
+                    await self._sleep(link.provider.retry_delay(attempt, last))
                 request = self._request(link)
                 state.turns[link.name] = request.turn + 1
                 try:
-                    return link, await self._within_deadline(
+                    response = await self._within_deadline(
                         link.provider.complete(request), link.spec.timeout, f"model {link.name}"
                     )
                 except ModelError as exc:
+                    self._record_turn(link, request, {"error": exc.kind, "message": str(exc)})
                     self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
                     last = exc
                     if not exc.retryable:
                         raise
+                else:
+                    self._record_turn(link, request, _answer(response))
+                    return link, response
         assert last is not None
         tried = ", ".join(link.name for link in self.plan.models)
         raise ModelError(last.kind, f"every model failed (tried {tried}); last error: {last}")
@@ -345,6 +383,9 @@ class Driver:
             attempt=call["attempt"],
         )
         outcome = await tool.invoke(call["args"], context, overall_timeout=self._remaining())
+        if state.rec is not None:
+            entry = {"name": call["name"], "args": call["args"], "outcome": outcome.to_dict()}
+            state.rec["tools"].append(entry)
         state.tool_calls += 1
         call["status"] = "done"
         call["outcome"] = outcome.to_dict()
@@ -534,12 +575,39 @@ class Driver:
             except StoreError:
                 return
 
-    def apply_decisions(self, decided: Mapping[str, tuple[str, str]]) -> None:
-        """Bring approval answers (`approval_id → (decision, approver)`) into the state."""
-        for call in self.state.calls:
+    def apply_decisions(self, decided: Mapping[str, ApprovalRow]) -> None:
+        """Bring the answered approvals (by approval id) into the state."""
+        state = self.state
+        for call in state.calls:
             approval_id = call.get("approval_id")
-            if approval_id is not None and approval_id in decided and call.get("decision") is None:
-                decision, approver = decided[approval_id]
-                call["decision"] = decision
-                detail = {"decision": decision, "approver": approver, "rule": call.get("rule")}
-                self._decide(Decision(self.state.steps, "approval", call["name"], detail))
+            if approval_id is None or approval_id not in decided or call.get("decision"):
+                continue
+            row = decided[approval_id]
+            call["decision"] = row.status
+            detail = {"decision": row.status, "approver": row.approver, "rule": call.get("rule")}
+            self._decide(Decision(state.steps, "approval", call["name"], detail))
+            if state.rec is not None:
+                state.rec["approvals"].append(
+                    {
+                        "tool": call["name"],
+                        "args": call["args"],
+                        "rule": call.get("rule"),
+                        "decision": row.status,
+                        "approver": {"id": row.approver, "roles": list(row.approver_roles)},
+                        "reason": row.reason,
+                    }
+                )
+
+    def _record_turn(self, link: ModelLink, request: ModelRequest, answer: dict[str, Any]) -> None:
+        rec = self.state.rec
+        if rec is not None:
+            content = request.content()
+            rec["models"].append(
+                {
+                    "model": link.name,
+                    # the digest of the redacted request, so golden files compare equal
+                    "digest": content_digest(comparable(content)),
+                    "request": content if self.ctx.keep_requests else None,
+                    "answer": answer,
+                }
+            )

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from pytest_harness.errors import (
     ApprovalDenied,
@@ -28,6 +28,10 @@ from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.runtime.state import RunState, result_from_state
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import EventDraft, NewRun, RunRecord, Store
+
+if TYPE_CHECKING:
+    from pytest_harness.recording.model import Recording
+    from pytest_harness.replay.report import ReplayReport
 
 __all__ = ["Harness", "RunHandle", "load"]
 
@@ -90,10 +94,23 @@ class Harness:
     Create it with `pytest_harness.load(...)`; close it with `async with` or `aclose()`.
     """
 
-    def __init__(self, spec: Spec, plans: Plans, store: Store) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        plans: Plans,
+        store: Store,
+        *,
+        tasks: Mapping[str, TaskPlan] | None = None,
+        record: bool | None = None,
+        keep_requests: bool = True,
+    ) -> None:
         self.spec = spec
         self.plans = plans
         self.store = store
+        self.record = spec.document.state.record if record is None else record
+        """Whether new runs are recorded (`state.record`, or `load(..., record=...)`)."""
+        self._tasks = tasks
+        self._keep_requests = keep_requests
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._opened = False
         self._closed = False
@@ -160,7 +177,7 @@ class Harness:
         )
         if not created:
             return await self.result(record.run_id)
-        return await self._drive(record, created=True, new_session=session_id is None)
+        return await self._drive(record, created=True, history=[] if session_id is None else None)
 
     async def submit(
         self,
@@ -178,7 +195,7 @@ class Harness:
             task, input, principal, tenant, session_id, labels, idempotency_key
         )
         coro = (
-            self._drive(record, created=True, new_session=session_id is None)
+            self._drive(record, created=True, history=[] if session_id is None else None)
             if created
             else self.result(record.run_id)
         )
@@ -295,12 +312,45 @@ class Harness:
             return _result(record)
         return await self._drive(record)
 
+    async def replay(self, source: str | os.PathLike[str] | Recording) -> ReplayReport:
+        """Replay a stored run (by id), a `Recording`, or a recording file against this spec.
+
+        Model answers, tool results and approvals all come from the recording: nothing calls
+        out and no tool runs. The report says whether the status, output or decisions changed,
+        how many model requests differ, and whether the replay diverged (asked for something
+        the recording lacks).
+        """
+        from pytest_harness.replay.replayer import replay
+
+        await self._open()
+        return await replay(self, source)
+
+    async def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
+        """Write a recorded run as a golden recording file (`.yaml`, redacted).
+
+        An existing `dest` is refused with `FileExistsError`; `HarnessError` when the run was
+        not recorded.
+        """
+        from pytest_harness.errors import ArchiveError
+        from pytest_harness.recording.model import Recording
+
+        path = Path(dest)
+        if path.suffix not in (".yaml", ".yml"):
+            raise ArchiveError(
+                f"cannot export to {path}: write a .yaml recording (.hx archives are not "
+                "supported yet)"
+            )
+        await self._open()
+        recording = Recording.from_run(await self.store.get_run(run_id))
+        return recording.save(path)
+
     # -- internals --------------------------------------------------------------------------
 
     def _plan(self, task: str) -> TaskPlan:
-        plan = self.plans.tasks.get(task)
+        tasks = self._tasks if self._tasks is not None else self.plans.tasks
+        plan = tasks.get(task)
         if plan is None:
-            raise UnknownTask(task, list(self.plans.tasks))
+            raise UnknownTask(task, list(tasks))
         return plan
 
     async def _create(
@@ -340,13 +390,14 @@ class Harness:
         )
 
     async def _drive(
-        self, record: RunRecord, *, created: bool = False, new_session: bool = False
+        self, record: RunRecord, *, created: bool = False, history: list[Message] | None = None
     ) -> RunResult:
         """Drive a run under this worker's lease until it ends or suspends.
 
         A run this worker has just `created` already holds its lease (token 1); any other is
         leased here and read again, for what its previous holder committed. The driver's last
         commit releases the lease; if it never gets there, the lease is released here.
+        `history` is the session's earlier conversation (read from the store when None).
         """
         plan = self._plan(record.task)
         store = self.store
@@ -361,12 +412,18 @@ class Harness:
             if status.ended:
                 return _result(record)
             ctx = DriveContext(
-                store=store, owner=self.owner, lease=state.lease, renew=store.kind != "memory"
+                store=store,
+                owner=self.owner,
+                lease=state.lease,
+                renew=store.kind != "memory",
+                record=self.record,
+                keep_requests=self._keep_requests,
+                spec_digest=self.spec.digest,
             )
             driver = Driver(ctx, plan, record, token)
             if status is RunStatus.AWAITING_APPROVAL:
                 decided = {
-                    row.approval_id: (row.status, row.approver or "")
+                    row.approval_id: row
                     for row in await store.approvals(record.run_id)
                     if row.status != "pending"
                 }
@@ -376,7 +433,8 @@ class Harness:
                     for c in driver.state.calls
                 ):
                     return _result(record)
-            history = [] if new_session else await self._history(record)
+            if history is None:
+                history = await self._history(record)
             result = await driver.drive(history)
             released = driver.released
             return result

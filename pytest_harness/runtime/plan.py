@@ -6,8 +6,9 @@ guard checks, so a mistake in any of them is a `SpecError` at load, not in the m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pytest_harness.cel import CelProgram
 from pytest_harness.errors import LiveModelBlocked
@@ -20,9 +21,28 @@ from pytest_harness.spec.schema import Budget, GuardSpec, ModelSpec, RuleSpec, T
 from pytest_harness.spec.spec import KeyPath, Spec
 
 if TYPE_CHECKING:
-    from pytest_harness.tools.registry import Tool, ToolSet
+    from pytest_harness.spec.schema import ToolSpec
+    from pytest_harness.tools.context import ToolContext
+    from pytest_harness.tools.registry import ToolOutcome, ToolSet
 
-__all__ = ["ModelLink", "Plans", "TaskPlan"]
+__all__ = ["ModelLink", "PlanTool", "Plans", "TaskPlan"]
+
+
+class PlanTool(Protocol):
+    """What the run loop needs of a tool: its spec (for the replay policy) and `invoke`."""
+
+    name: str
+    spec: ToolSpec
+
+    async def invoke(
+        self,
+        args: Mapping[str, Any],
+        context: ToolContext,
+        *,
+        overall_timeout: float | None = None,
+    ) -> ToolOutcome:
+        """Run the tool; problems come back as the outcome, never raised."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +61,7 @@ class TaskPlan:
     name: str
     spec: TaskSpec
     models: tuple[ModelLink, ...]
-    tools: dict[str, Tool]
+    tools: Mapping[str, PlanTool]
     schemas: tuple[ToolSchema, ...]
     rules: tuple[tuple[RuleSpec, CelProgram], ...]
     guards: tuple[tuple[GuardSpec, GuardChecker], ...]
@@ -109,7 +129,7 @@ class Plans:
 
     def _plan(self, name: str) -> TaskPlan:
         task = self.spec.task(name)
-        tools: dict[str, Tool] = {}
+        tools: dict[str, PlanTool] = {}
         for tool_name in task.tools:
             tool = self.tools.get(tool_name)
             if tool is not None:

@@ -51,6 +51,9 @@ class RunState:
     output: str | None = None
     error: dict[str, str] | None = None
     limit: str | None = None
+    rec: dict[str, Any] | None = None
+    """The run's recording when it is recorded: `spec_digest`, `history`, and every `models`
+    turn (request and answer), `tools` result and `approvals` decision, in order."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form the store keeps."""
@@ -66,6 +69,7 @@ class RunState:
             "output": self.output,
             "error": self.error,
             "limit": self.limit,
+            "rec": self.rec,
         }
 
     @classmethod
@@ -87,6 +91,7 @@ class RunState:
             output=data.get("output"),
             error=data.get("error"),
             limit=data.get("limit"),
+            rec=data.get("rec"),
         )
 
     def usage(self) -> Usage:

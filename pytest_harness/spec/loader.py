@@ -40,7 +40,7 @@ from pytest_harness.spec.schema import GuardSpec, RuleSpec, SpecDocument, resolv
 from pytest_harness.spec.spec import KeyPath, Spec, format_key_path
 from pytest_harness.spec.yamlio import YamlDoc, read_yaml
 
-__all__ = ["GUARD_VARIABLES", "RULE_VARIABLES", "load_spec"]
+__all__ = ["GUARD_VARIABLES", "RULE_VARIABLES", "load_spec", "validate_yaml"]
 
 RULE_VARIABLES = frozenset({"tool", "args", "task", "principal", "step", "spent", "labels"})
 """The variables a rule's `when` may use."""
@@ -349,6 +349,11 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     return bool(a == b)
+
+
+def validate_yaml(model: type[_M], doc: YamlDoc) -> _M:
+    """Validate a parsed YAML file with a pydantic model; one `SpecError` at the right line."""
+    return _validate(model, doc.data, _Where(doc))
 
 
 def _validate(model: type[_M], data: Any, where: _Where, prefix: KeyPath = ()) -> _M:

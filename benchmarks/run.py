@@ -1,0 +1,850 @@
+"""pytest-harness benchmarks: one command, one table, every baseline measured in the same run.
+
+    .venv/bin/python benchmarks/run.py [--runs 1000] [--repeat 5] [--quick]
+
+Each row is the median of `--repeat` repeats; ratios compare rows of the same invocation, so
+they hold on any machine. Rows:
+
+1. pytest-harness, memory store: `--runs` sequential `await harness.run(...)` of a 3-turn task
+   (turn 1 calls `lookup_order`, turn 2 calls `refund`, turn 3 says a text) in one harness,
+   after one warm-up run. The bench app (a `harness.yaml` with an inline script, an allow rule,
+   a regex output guard and a budget, plus its tools module) is generated in a temp dir.
+2. The same on the sqlite store with `synchronous: full`, and 3. with `synchronous: normal`
+   (a fresh database file per repeat, in a temp dir on the project's disk).
+4. Floor: plain stdlib `sqlite3` making, per run, as many transactions as the harness commits
+   (counted by wrapping the store's write methods on one run, printed under the table), each
+   `BEGIN IMMEDIATE; UPDATE` of one row with a JSON text the size of the run's final state (≈2 KB)
+   `; INSERT` of one event row `; COMMIT`, with the same pragmas (WAL, synchronous full/normal).
+   The first transaction of a run inserts its row instead of updating it.
+5. Import time in a fresh process: `import pytest_harness`, and the `ph.load` path (which also
+   imports `pytest_harness.runtime.harness`), minus the time of `python -c pass`.
+6. The quickstart's `approve.py RUN_ID` in a fresh process (subprocess wall time), after an
+   untimed `main.py` that leaves a run awaiting approval; the example is copied to a temp dir.
+7. Peers, when importable: pydantic-ai `Agent` + `FunctionModel`; LangGraph (model node → tool
+   node loop, `MessagesState`, `ToolNode`) with `InMemorySaver` and with `SqliteSaver` on a
+   file (WAL, synchronous FULL, `durability="sync"`); and LangGraph's twin of `approve.py`: a
+   graph that interrupted before the refund, resumed with `Command(resume=...)` in a new
+   process. Install them with `pip install -e '.[bench]'` and run this script with that
+   environment's python; without them these rows are skipped with a note.
+
+Fresh processes run without `PYTHONDONTWRITEBYTECODE` (real installs have bytecode caches) and
+after one untimed warm-up. Nothing here asserts on a time: this is a report, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeVar
+
+import bench_peers
+import yaml
+from rich.console import Console, JustifyMethod
+from rich.markup import escape
+from rich.table import Table
+
+import pytest_harness as ph
+
+T = TypeVar("T")
+TIMES = "\N{MULTIPLICATION SIGN}"
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+QUICKSTART = ROOT / "examples" / "quickstart"
+TASK = "orders"
+INPUT = bench_peers.INPUT
+PRINCIPAL = "ann"
+TOOLS_MODULE = "harness_bench_tools"
+WRITE_METHODS = (
+    "create_run",
+    "acquire_lease",
+    "renew_lease",
+    "release_lease",
+    "commit",
+    "decide_approval",
+)
+READ_METHODS = ("get_run", "approvals", "session_runs", "list_runs", "events", "expired_runs")
+PEER_HINT = "pip install -e '.[bench]'"
+LANGGRAPH_CHILD = (
+    f"import sys; sys.path.insert(0, {str(BENCH_DIR)!r}); import bench_peers; bench_peers.child()"
+)
+
+WIDTH = 150
+"""The table's width when the terminal is narrower (or not a terminal)."""
+
+console = Console(stderr=True, highlight=False)
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    runs: int
+    peer_runs: int
+    repeat: int
+    work: Path
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=None, help="runs per repeat (default 1000)")
+    parser.add_argument("--repeat", type=int, default=None, help="repeats per row (default 5)")
+    parser.add_argument(
+        "--peer-runs",
+        type=int,
+        default=None,
+        help="runs per repeat of the peer frameworks (default: runs / 5, at least 50)",
+    )
+    parser.add_argument("--quick", action="store_true", help="200 runs, 3 repeats")
+    return parser.parse_args(argv)
+
+
+def make_config(args: argparse.Namespace, work: Path) -> Config:
+    runs = args.runs or (200 if args.quick else 1000)
+    repeat = args.repeat or (3 if args.quick else 5)
+    peer_runs = args.peer_runs or max(50, runs // 5)
+    if min(runs, repeat, peer_runs) < 1:
+        raise SystemExit("--runs, --repeat and --peer-runs must be at least 1")
+    return Config(runs=runs, peer_runs=peer_runs, repeat=repeat, work=work)
+
+
+# -- results ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Row:
+    """One measured line: seconds per repeat, for `runs` runs (a rate) or one event (a time)."""
+
+    key: str
+    label: str
+    samples: list[float] = field(default_factory=list)
+    runs: int | None = None
+    repeat: int = 0
+    skipped: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def per_run(self) -> float:
+        return self.seconds / (self.runs or 1)
+
+    @property
+    def rate(self) -> float:
+        return 1.0 / self.per_run
+
+    @property
+    def spread(self) -> float:
+        """Half the range of the samples, relative to the median."""
+        if self.seconds <= 0:
+            return 0.0
+        return (max(self.samples) - min(self.samples)) / 2 / self.seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Ratio:
+    text: str
+    aim: str = ""
+    ok: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transactions:
+    """What one harness run asks of the sqlite store."""
+
+    writes: Counter[str]
+    reads: Counter[str]
+    state_bytes: int
+
+    @property
+    def commits(self) -> int:
+        return sum(self.writes.values())
+
+
+def repeat(times: int, measure: Callable[[int], float]) -> list[float]:
+    return [measure(i) for i in range(times)]
+
+
+def progress(message: str) -> None:
+    console.print(f"[dim]· {message}[/dim]")
+
+
+# -- the harness bench app --------------------------------------------------------------------
+
+TOOLS_SOURCE = '''\
+"""The bench app's tools: async, like a real API client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ORDERS: dict[str, dict[str, Any]] = {
+    "A-1001": {"order_id": "A-1001", "customer": "ann", "total": 250.0, "status": "delivered"},
+}
+
+
+async def lookup_order(order_id: str) -> dict[str, Any]:
+    """Look an order up by its id.
+
+    Args:
+        order_id: The order's id, like A-1001.
+    """
+    return ORDERS[order_id]
+
+
+async def refund(order_id: str, amount: float) -> dict[str, Any]:
+    """Refund part or all of an order to the customer's card.
+
+    Args:
+        order_id: The order to refund.
+        amount: The amount in dollars.
+    """
+    return {"order_id": order_id, "amount": amount, "refund_id": "rf_000000000001"}
+'''
+
+
+def spec_document(state: dict[str, str]) -> dict[str, Any]:
+    """The bench app's `harness.yaml` as data, with the given `state:` section."""
+    return {
+        "version": 1,
+        "name": "harness-bench",
+        "models": {
+            "default": {
+                "use": "scripted",
+                "script": [
+                    {"call": "lookup_order", "args": bench_peers.LOOKUP_ARGS},
+                    {"call": "refund", "args": bench_peers.REFUND_ARGS},
+                    {
+                        "say": bench_peers.OUTPUT,
+                        "usage": {"input_tokens": 420, "output_tokens": 12},
+                    },
+                ],
+                "price": {"input_per_mtok": 0.40, "output_per_mtok": 1.60},
+            }
+        },
+        "tools": {
+            "lookup_order": {"call": f"{TOOLS_MODULE}:lookup_order", "replay": "safe"},
+            "refund": {"call": f"{TOOLS_MODULE}:refund", "replay": "idempotent", "timeout": "20s"},
+        },
+        "rules": [
+            {
+                "id": "small-refunds",
+                "when": 'tool == "refund" && args.amount <= 100',
+                "then": "allow",
+            }
+        ],
+        "guards": [
+            {
+                "id": "card-numbers",
+                "on": "output",
+                "check": "regex",
+                "pattern": r"\b\d{16}\b",
+                "action": "redact",
+            }
+        ],
+        "tasks": {
+            TASK: {
+                "model": "default",
+                "prompt": bench_peers.PROMPT + "\n",
+                "tools": ["lookup_order", "refund"],
+                "budget": {"steps": 8, "tokens": 20000, "usd": 0.50, "tool_calls": 10},
+                "deadline": "60s",
+            }
+        },
+        "state": state,
+    }
+
+
+def write_app(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{TOOLS_MODULE}.py").write_text(TOOLS_SOURCE)
+    return folder
+
+
+def write_spec(app: Path, label: str, state: dict[str, str]) -> Path:
+    path = app / f"harness-{label}.yaml"
+    path.write_text(yaml.safe_dump(spec_document(state), sort_keys=False))
+    return path
+
+
+def sqlite_state(label: str, synchronous: str) -> dict[str, str]:
+    return {"use": "sqlite", "path": f"db/{label}.db", "synchronous": synchronous}
+
+
+def check_result(result: ph.RunResult) -> None:
+    if result.status is not ph.RunStatus.COMPLETED or result.output != bench_peers.OUTPUT:
+        raise RuntimeError(
+            f"bench run ended {result.status.value}: {result.output or result.error}"
+        )
+    if result.usage.tool_calls != 2 or result.usage.steps != 3:
+        raise RuntimeError(f"bench run had another shape than 3 turns, 2 tools: {result.usage}")
+
+
+async def harness_loop(spec: Path, runs: int) -> float:
+    async with ph.load(spec, env=None) as harness:
+        check_result(await harness.run(TASK, INPUT, principal=PRINCIPAL))  # warm-up
+        started = time.perf_counter()
+        for _ in range(runs):
+            result = await harness.run(TASK, INPUT, principal=PRINCIPAL)
+        elapsed = time.perf_counter() - started
+    check_result(result)
+    return elapsed
+
+
+def measure_harness(cfg: Config, app: Path, key: str, label: str, synchronous: str | None) -> Row:
+    progress(f"{label}: {cfg.repeat} {TIMES} {cfg.runs:,} runs")
+
+    def once(i: int) -> float:
+        if synchronous is None:
+            state = {"use": "memory"}
+        else:
+            state = sqlite_state(f"{key}-{i}", synchronous)
+        return asyncio.run(harness_loop(write_spec(app, f"{key}-{i}", state), cfg.runs))
+
+    return Row(key, label, repeat(cfg.repeat, once), runs=cfg.runs, repeat=cfg.repeat)
+
+
+async def replay_loop(spec: Path, runs: int) -> tuple[float, float]:
+    """Time `runs` recorded runs, then replaying each of them, in one process."""
+    async with ph.load(spec, env=None, record=True) as harness:
+        check_result(await harness.run(TASK, INPUT, principal=PRINCIPAL))  # warm-up
+        started = time.perf_counter()
+        ids = [(await harness.run(TASK, INPUT, principal=PRINCIPAL)).run_id for _ in range(runs)]
+        recorded = time.perf_counter() - started
+        recordings = [ph.Recording.from_run(await harness.store.get_run(i)) for i in ids]
+        report = await harness.replay(recordings[0])  # warm-up
+        started = time.perf_counter()
+        for recording in recordings:
+            report = await harness.replay(recording)
+        replayed = time.perf_counter() - started
+    if not report.same:
+        raise RuntimeError(f"bench replay drifted:\n{report.render()}")
+    return recorded, replayed
+
+
+def measure_replay(cfg: Config, app: Path) -> list[Row]:
+    progress(f"recorded runs and their replays: {cfg.repeat} {TIMES} {cfg.runs:,}")
+    samples = [
+        asyncio.run(replay_loop(write_spec(app, f"replay-{i}", {"use": "memory"}), cfg.runs))
+        for i in range(cfg.repeat)
+    ]
+    label = "pytest-harness · memory store, recording on"
+    recorded = Row("recorded", label, [s[0] for s in samples], runs=cfg.runs, repeat=cfg.repeat)
+    label = "replay of each recorded run (in-process)"
+    replayed = Row("replay", label, [s[1] for s in samples], runs=cfg.runs, repeat=cfg.repeat)
+    return [recorded, replayed]
+
+
+# -- counting what one run writes -------------------------------------------------------------
+
+
+def counting(calls: Counter[str], name: str, method: Callable[..., Awaitable[T]]) -> Any:
+    async def wrapper(*args: Any, **kwargs: Any) -> T:
+        calls[name] += 1
+        return await method(*args, **kwargs)
+
+    return wrapper
+
+
+async def count_transactions(app: Path) -> Transactions:
+    """Run the bench task once on sqlite with the store's methods wrapped, counting calls."""
+    spec = write_spec(app, "count", sqlite_state("count", "full"))
+    writes: Counter[str] = Counter()
+    reads: Counter[str] = Counter()
+    async with ph.load(spec, env=None) as harness:
+        check_result(await harness.run(TASK, INPUT, principal=PRINCIPAL))  # warm-up
+        store = harness.store
+        for names, calls in ((WRITE_METHODS, writes), (READ_METHODS, reads)):
+            for name in names:
+                setattr(store, name, counting(calls, name, getattr(store, name)))
+        result = await harness.run(TASK, INPUT, principal=PRINCIPAL)
+        check_result(result)
+        for name in (*WRITE_METHODS, *READ_METHODS):
+            delattr(store, name)
+        record = await store.get_run(result.run_id)
+    state_bytes = len(json.dumps(record.state, separators=(",", ":")).encode())
+    return Transactions(writes=+writes, reads=+reads, state_bytes=state_bytes)
+
+
+# -- the raw sqlite3 floor --------------------------------------------------------------------
+
+FLOOR_SCHEMA = (
+    "CREATE TABLE runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL UNIQUE, "
+    "status TEXT NOT NULL, state TEXT NOT NULL, updated_at REAL NOT NULL)",
+    "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, "
+    "kind TEXT NOT NULL, data TEXT NOT NULL, at REAL NOT NULL)",
+    "CREATE INDEX events_run ON events (run_id, id)",
+)
+
+
+def state_text(size: int) -> str:
+    """A JSON object of about `size` bytes, shaped like a run's state."""
+    filler = max(0, size - 40)
+    return json.dumps({"phase": "model", "steps": 3, "messages": ["x" * filler]})
+
+
+@contextmanager
+def floor_db(path: Path, synchronous: str) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        for statement in FLOOR_SCHEMA:
+            conn.execute(statement)
+        yield conn
+    finally:
+        conn.close()
+
+
+def floor_transaction(conn: sqlite3.Connection, run_id: str, state: str, first: bool) -> None:
+    now = time.time()
+    conn.execute("BEGIN IMMEDIATE")
+    if first:
+        conn.execute(
+            "INSERT INTO runs (run_id, status, state, updated_at) VALUES (?, 'running', ?, ?)",
+            (run_id, state, now),
+        )
+    else:
+        conn.execute(
+            "UPDATE runs SET status = 'running', state = ?, updated_at = ? WHERE run_id = ?",
+            (state, now, run_id),
+        )
+    conn.execute(
+        "INSERT INTO events (run_id, kind, data, at) VALUES (?, 'boundary', '{}', ?)",
+        (run_id, now),
+    )
+    conn.execute("COMMIT")
+
+
+def floor_loop(path: Path, synchronous: str, runs: int, commits: int, state: str) -> float:
+    with floor_db(path, synchronous) as conn:
+        started = time.perf_counter()
+        for i in range(runs):
+            run_id = f"run_{i:032x}"
+            for n in range(commits):
+                floor_transaction(conn, run_id, state, first=n == 0)
+        return time.perf_counter() - started
+
+
+def measure_floor(cfg: Config, synchronous: str, tx: Transactions) -> Row:
+    label = f"floor: stdlib sqlite3, synchronous={synchronous}, {tx.commits} tx/run"
+    progress(f"{label}: {cfg.repeat} {TIMES} {cfg.runs:,} runs")
+    state = state_text(tx.state_bytes)
+    folder = Path(tempfile.mkdtemp(prefix="floor-", dir=cfg.work))
+
+    def once(i: int) -> float:
+        return floor_loop(
+            folder / f"{synchronous}-{i}.db", synchronous, cfg.runs, tx.commits, state
+        )
+
+    samples = repeat(cfg.repeat, once)
+    return Row(f"floor-{synchronous}", label, samples, runs=cfg.runs, repeat=cfg.repeat)
+
+
+# -- fresh processes --------------------------------------------------------------------------
+
+
+def fresh_env(**extra: str) -> dict[str, str]:
+    """The environment of a fresh process, with bytecode caches allowed as in a real install."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.pop("HARNESS_ENV", None)
+    env.update(extra)
+    return env
+
+
+def wall(argv: Sequence[str], *, cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    """Wall seconds of one subprocess, and its stdout; a failure stops the benchmark."""
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr}")
+    return elapsed, done.stdout
+
+
+def best_of(times: int, argv: Sequence[str], cwd: Path, env: dict[str, str]) -> float:
+    return min(wall(argv, cwd=cwd, env=env)[0] for _ in range(times))
+
+
+IMPORT_PROGRAMS = {
+    "pass": "pass",
+    "import": "import pytest_harness",
+    "load": "import pytest_harness as ph; ph.load",
+}
+
+
+def measure_imports(cfg: Config) -> list[Row]:
+    progress(f"import time: {cfg.repeat} {TIMES} best of 3 fresh processes each")
+    env, cwd = fresh_env(), cfg.work
+    argv = {k: [sys.executable, "-c", v] for k, v in IMPORT_PROGRAMS.items()}
+    for program in argv.values():  # warm-up: writes the bytecode caches
+        wall(program, cwd=cwd, env=env)
+    rows = [
+        Row("python", "python -c pass (subtracted below)", repeat=cfg.repeat),
+        Row("import", "import pytest_harness (fresh process)", repeat=cfg.repeat),
+        Row("import-load", "import + ph.load path (runtime.harness)", repeat=cfg.repeat),
+    ]
+    for _ in range(cfg.repeat):
+        base = best_of(3, argv["pass"], cwd, env)
+        rows[0].samples.append(base)
+        rows[1].samples.append(best_of(3, argv["import"], cwd, env) - base)
+        rows[2].samples.append(best_of(3, argv["load"], cwd, env) - base)
+    return rows
+
+
+def copy_quickstart(work: Path) -> Path:
+    dest = work / "quickstart"
+    shutil.copytree(QUICKSTART, dest, ignore=shutil.ignore_patterns(".harness", "__pycache__"))
+    return dest
+
+
+def started_run(output: str, program: str) -> str:
+    status, _, run_id = output.strip().partition(": ")
+    if status != "awaiting_approval" or not run_id:
+        raise RuntimeError(f"{program} printed {output!r}, expected 'awaiting_approval: <id>'")
+    return run_id
+
+
+def check_completed(output: str, program: str) -> None:
+    if not output.startswith("completed: "):
+        raise RuntimeError(f"{program} printed {output!r}, expected 'completed: …'")
+
+
+def resume_pair(
+    start: Sequence[str], resume: Sequence[str], cwd: Path, env: dict[str, str]
+) -> float:
+    """Run `start` (untimed), then time `resume + [the id start printed]`."""
+    _, out = wall(start, cwd=cwd, env=env)
+    run_id = started_run(out, start[-1])
+    elapsed, out = wall([*resume, run_id], cwd=cwd, env=env)
+    check_completed(out, resume[-1])
+    return elapsed
+
+
+def measure_approve(cfg: Config) -> Row:
+    progress(f"quickstart approve.py: {cfg.repeat} fresh processes")
+    folder = copy_quickstart(cfg.work)
+    env = fresh_env(HARNESS_ENV="offline")
+    start = [sys.executable, "main.py"]
+    resume = [sys.executable, "approve.py"]
+    resume_pair(start, resume, folder, env)  # warm-up
+    samples = repeat(cfg.repeat, lambda _: resume_pair(start, resume, folder, env))
+    label = "quickstart approve.py RUN_ID (fresh process)"
+    return Row("approve", label, samples, repeat=cfg.repeat)
+
+
+# -- peers ------------------------------------------------------------------------------------
+
+
+def peer_row(
+    key: str, label: str, runs: int | None, cfg: Config, once: Callable[[int], float]
+) -> Row:
+    row = Row(key, label, runs=runs, repeat=cfg.repeat)
+    try:
+        row.samples = repeat(cfg.repeat, once)
+    except ImportError as exc:
+        row.skipped = f"not installed ({exc.name or exc}): {PEER_HINT}"
+    except Exception as exc:  # an installed peer whose API moved: report it, keep going
+        row.skipped = f"failed: {type(exc).__name__}: {exc}"
+    return row
+
+
+def measure_peers(cfg: Config) -> tuple[list[Row], int | None]:
+    n = cfg.peer_runs
+    progress(f"peers: {cfg.repeat} {TIMES} {n:,} runs each, when installed")
+    folder = Path(tempfile.mkdtemp(prefix="peers-", dir=cfg.work))
+    rows = [
+        peer_row(
+            "pydantic-ai",
+            "pydantic-ai Agent + FunctionModel (in memory)",
+            n,
+            cfg,
+            lambda _: bench_peers.pydantic_ai_seconds(n),
+        ),
+        peer_row(
+            "lg-memory",
+            "LangGraph + InMemorySaver",
+            n,
+            cfg,
+            lambda _: bench_peers.langgraph_memory_seconds(n),
+        ),
+        peer_row(
+            "lg-sqlite",
+            "LangGraph + SqliteSaver (WAL, synchronous FULL)",
+            n,
+            cfg,
+            lambda i: bench_peers.langgraph_sqlite_seconds(n, folder / f"lg-{i}.db"),
+        ),
+    ]
+    commits = None
+    if rows[-1].skipped is None:
+        try:
+            commits = bench_peers.langgraph_commits_per_run(folder / "lg-count.db")
+        except Exception as exc:
+            progress(f"could not count LangGraph's commits: {type(exc).__name__}: {exc}")
+    return rows, commits
+
+
+def measure_langgraph_resume(cfg: Config) -> Row:
+    label = "LangGraph resume after interrupt (fresh process)"
+    row = Row("lg-resume", label, repeat=cfg.repeat)
+    if not {"langgraph", "langgraph-checkpoint-sqlite"} <= bench_peers.versions().keys():
+        row.skipped = f"not installed: {PEER_HINT}"
+        return row
+    progress(f"LangGraph resume: {cfg.repeat} fresh processes")
+    folder = Path(tempfile.mkdtemp(prefix="lg-resume-", dir=cfg.work))
+    db = str(folder / "checkpoints.db")
+    child = [sys.executable, "-c", LANGGRAPH_CHILD]
+    start, resume = [*child, "start", db], [*child, "resume", db]
+    env = fresh_env()
+    resume_pair(start, resume, folder, env)  # warm-up
+    row.samples = repeat(cfg.repeat, lambda _: resume_pair(start, resume, folder, env))
+    return row
+
+
+# -- ratios -----------------------------------------------------------------------------------
+
+
+def aim_ratio(text: str, aim: str, value: float, target: float, higher: bool) -> Ratio:
+    ok = value >= target if higher else value <= target
+    return Ratio(text, aim, ok)
+
+
+def ratios(rows: dict[str, Row]) -> dict[str, list[Ratio]]:
+    """Every comparison between rows of this run, with the aims where one is set."""
+
+    def have(*keys: str) -> bool:
+        return all(k in rows and rows[k].skipped is None and rows[k].samples for k in keys)
+
+    out: dict[str, list[Ratio]] = {key: [] for key in rows}
+    if have("memory", "pydantic-ai"):
+        x = rows["memory"].rate / rows["pydantic-ai"].rate
+        out["memory"].append(
+            aim_ratio(f"{x:.1f}{TIMES} pydantic-ai runs/s", f"≥ 5{TIMES}", x, 5, True)
+        )
+    if have("memory", "lg-memory"):
+        x = rows["memory"].rate / rows["lg-memory"].rate
+        out["memory"].append(Ratio(f"{x:.1f}{TIMES} LangGraph InMemorySaver runs/s"))
+    if have("sqlite-full", "lg-sqlite"):
+        x = rows["sqlite-full"].rate / rows["lg-sqlite"].rate
+        out["sqlite-full"].append(
+            aim_ratio(f"{x:.1f}{TIMES} LangGraph SqliteSaver runs/s", f"≥ 3{TIMES}", x, 3, True)
+        )
+    for sync in ("full", "normal"):
+        if have(f"sqlite-{sync}", f"floor-{sync}"):
+            x = rows[f"sqlite-{sync}"].per_run / rows[f"floor-{sync}"].per_run
+            text = f"{x:.1f}{TIMES} the floor's time per run"
+            out[f"sqlite-{sync}"].append(aim_ratio(text, f"≤ 2{TIMES}", x, 2, False))
+    if have("replay", "recorded"):
+        x = rows["replay"].per_run / rows["recorded"].per_run
+        text = f"{x:.2f}{TIMES} the recorded run's time"
+        out["replay"].append(aim_ratio(text, f"≤ 1{TIMES}", x, 1, False))
+    if have("recorded", "memory"):
+        x = rows["recorded"].per_run / rows["memory"].per_run
+        out["recorded"].append(Ratio(f"{x:.2f}{TIMES} row 1's time (recording off)"))
+    if have("approve"):
+        ms = rows["approve"].seconds * 1000
+        text = f"{ms:.0f} ms against a 250 ms budget"
+        out["approve"].append(aim_ratio(text, "≤ 250 ms", ms, 250, False))
+    if have("approve", "lg-resume"):
+        x = rows["lg-resume"].seconds / rows["approve"].seconds
+        out["approve"].append(Ratio(f"{x:.1f}{TIMES} faster than LangGraph resume"))
+    return out
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def machine_facts(cfg: Config) -> list[str]:
+    same = os.stat(cfg.work).st_dev == os.stat(ROOT).st_dev
+    disk = "same disk as the project" if same else "NOT on the project's disk"
+    peers = bench_peers.versions()
+    peer_text = ", ".join(f"{k} {v}" for k, v in peers.items()) or f"none ({PEER_HINT})"
+    return [
+        f"python {platform.python_version()} ({platform.python_implementation()}) "
+        f"on {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        f"SQLite {sqlite3.sqlite_version}, pytest-harness {ph.__version__}, "
+        f"aiosqlite {metadata.version('aiosqlite')}",
+        f"peers: {escape(peer_text)}",
+        f"runs per repeat: {cfg.runs:,} (peers {cfg.peer_runs:,}); repeats: {cfg.repeat}; "
+        f"temp dir: {cfg.work} ({disk})",
+    ]
+
+
+def fmt_seconds(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 0.001:
+        return f"{seconds * 1000:.1f} ms"
+    return f"{seconds * 1_000_000:.0f} µs"
+
+
+def aim_cell(items: list[Ratio]) -> str:
+    cells = []
+    for r in items:
+        if r.ok is None:
+            cells.append("")
+        else:
+            mark = "[green]✓[/green]" if r.ok else "[red]✗[/red]"
+            cells.append(f"{r.aim} {mark}")
+    return "\n".join(cells)
+
+
+def table_row(number: str, row: Row, items: list[Ratio]) -> list[str]:
+    if row.skipped is not None:
+        return [
+            number,
+            row.label,
+            "—",
+            "—",
+            "—",
+            "—",
+            f"[yellow]skipped: {escape(row.skipped)}[/yellow]",
+            "",
+        ]
+    runs = f"{row.runs:,} {TIMES} {row.repeat}" if row.runs else f"1 {TIMES} {row.repeat}"
+    median = fmt_seconds(row.seconds) + f" ±{row.spread:.0%}"
+    per_run = fmt_seconds(row.per_run) if row.runs else "—"
+    rate = f"{row.rate:,.0f}/s" if row.runs else "—"
+    return [
+        number,
+        row.label,
+        runs,
+        median,
+        per_run,
+        rate,
+        "\n".join(r.text for r in items),
+        aim_cell(items),
+    ]
+
+
+COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
+    ("#", "right"),
+    ("measurement", "left"),
+    (f"runs {TIMES} repeats", "right"),
+    ("median", "right"),
+    ("per run", "right"),
+    ("rate", "right"),
+    ("vs baseline (this run)", "left"),
+    ("aim", "left"),
+)
+
+NUMBERS = {
+    "memory": "1",
+    "sqlite-full": "2",
+    "sqlite-normal": "3",
+    "floor-full": "4",
+    "floor-normal": "4",
+    "python": "5",
+    "import": "5",
+    "import-load": "5",
+    "approve": "6",
+    "pydantic-ai": "7",
+    "lg-memory": "7",
+    "lg-sqlite": "7",
+    "lg-resume": "7",
+    "recorded": "8",
+    "replay": "8",
+}
+
+
+def footnotes(tx: Transactions, lg_commits: int | None) -> list[str]:
+    writes = ", ".join(f"{k} {v}" for k, v in tx.writes.items())
+    reads = ", ".join(f"{k} {v}" for k, v in tx.reads.items()) or "none"
+    notes = [
+        f"Commits per harness run (sqlite, counted on one run): {tx.commits} write transactions "
+        f"({writes}); plus reads: {reads}. Final run state: {tx.state_bytes:,} bytes of JSON.",
+        "Medians of the repeats; ± is half the range of the repeats. Rates are runs per second of "
+        "sequential runs in one process, after one untimed warm-up run.",
+        "Rows 5, 6 and 7's resume run in fresh processes without PYTHONDONTWRITEBYTECODE (real "
+        "installs keep bytecode caches) after one untimed warm-up; row 5 is the best of 3 "
+        "processes per repeat minus `python -c pass`.",
+        "Peers: async tools and an async model function for pydantic-ai (a sync one would run in "
+        "a thread); sync tools and invoke() for LangGraph (SqliteSaver has no async API); "
+        'LangGraph runs with durability="sync" (each step committed before the next, as the '
+        "harness does)"
+        + (f", making {lg_commits} commits per run" if lg_commits is not None else "")
+        + ". The peers enforce no rule, and pydantic-ai persists nothing.",
+        "Replay (row 8): each run recorded on the memory store (timed as the first row 8), then "
+        "replayed once in the same process: no tool runs, no model is called.",
+    ]
+    return notes
+
+
+def render(cfg: Config, rows: list[Row], tx: Transactions, lg_commits: int | None) -> None:
+    out = Console(highlight=False, width=max(WIDTH, Console().width))
+    for fact in machine_facts(cfg):
+        out.print(fact)
+    by_key = {row.key: row for row in rows}
+    compared = ratios(by_key)
+    table = Table(title="pytest-harness benchmarks", show_lines=True)
+    for name, justify in COLUMNS:
+        table.add_column(name, justify=justify)
+    for row in rows:
+        table.add_row(*table_row(NUMBERS.get(row.key, ""), row, compared[row.key]))
+    out.print(table)
+    for i, note in enumerate(footnotes(tx, lg_commits), 1):
+        out.print(f"[dim]{i}. {note}[/dim]")
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def measure_all(cfg: Config) -> tuple[list[Row], Transactions, int | None]:
+    app = write_app(cfg.work / "app")
+    tx = asyncio.run(count_transactions(app))
+    progress(f"one harness run makes {tx.commits} write transactions on sqlite")
+    rows = [
+        measure_harness(cfg, app, "memory", "pytest-harness · memory store", None),
+        measure_harness(
+            cfg, app, "sqlite-full", "pytest-harness · sqlite, synchronous=full", "full"
+        ),
+        measure_harness(
+            cfg, app, "sqlite-normal", "pytest-harness · sqlite, synchronous=normal", "normal"
+        ),
+        measure_floor(cfg, "full", tx),
+        measure_floor(cfg, "normal", tx),
+        *measure_replay(cfg, app),
+    ]
+    peers, lg_commits = measure_peers(cfg)
+    rows += measure_imports(cfg)
+    rows.append(measure_approve(cfg))
+    rows += peers
+    rows.append(measure_langgraph_resume(cfg))
+    return rows, tx, lg_commits
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.environ.pop("HARNESS_ENV", None)  # the bench spec has no environments
+    work = Path(tempfile.mkdtemp(prefix="harness-bench-"))
+    cfg = make_config(args, work)
+    started = time.perf_counter()
+    try:
+        rows, tx, lg_commits = measure_all(cfg)
+        render(cfg, rows, tx, lg_commits)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    console.print(f"[dim]total {time.perf_counter() - started:.0f} s[/dim]")
+
+
+if __name__ == "__main__":
+    main()

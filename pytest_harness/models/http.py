@@ -1,0 +1,411 @@
+"""What the live providers share: the HTTP exchange, failures as `ModelError`s, retry delays.
+
+`HttpProvider` posts one request (and reads a JSON answer, or an SSE stream when the request
+wants text deltas) and turns every failure into a `ModelError` whose message never holds the
+API key; each wire format (`openai`, `anthropic`) subclasses it to map requests and answers.
+httpx is imported by this module only, and this module only when a spec names a live provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import math
+import os
+import random
+import re
+import ssl
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from pytest_harness.errors import ModelError
+from pytest_harness.hookspecs import ProviderConfig
+from pytest_harness.models.base import ModelRequest, ModelResponse
+from pytest_harness.models.wire import Malformed, ServerReported, StreamState, iter_sse
+
+__all__ = [
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "DEFAULT_TIMEOUT",
+    "RETRY_AFTER_CAP",
+    "HttpProvider",
+    "backoff_delay",
+    "parse_retry_after",
+    "safe_url",
+]
+
+DEFAULT_TIMEOUT = 60.0
+"""Seconds one model request may take when the model sets no `timeout`."""
+BACKOFF_BASE = 0.5
+"""Seconds before the first retry (before jitter); doubled for each further retry."""
+BACKOFF_CAP = 20.0
+"""The longest backoff between two attempts."""
+RETRY_AFTER_CAP = 60.0
+"""The longest `Retry-After` honoured: a longer ask is cut so one answer cannot park a run."""
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_REFUSAL_CODES = frozenset(
+    {"content_filter", "content_policy_violation", "responsibleaipolicyviolation"}
+)
+_REPORTED_KINDS = {
+    "rate_limit_error": "rate_limit",
+    "rate_limit_exceeded": "rate_limit",
+    "authentication_error": "auth",
+    "permission_error": "auth",
+    "invalid_request_error": "bad_request",
+}
+"""Error types reported in a body or a stream, by kind; any other is a `server` error."""
+_DETAIL_CHARS = 300
+
+
+class HttpProvider:
+    """A live provider speaking JSON over HTTP; subclasses supply the wire format.
+
+    One httpx client per request (sharing one TLS context) keeps the provider free of event-loop
+    state, so runs on any loop may share it and nothing is left open to close.
+    """
+
+    name: str
+    live = True
+    default_base_url: ClassVar[str]
+    default_key_env: ClassVar[str]
+    path: ClassVar[str]
+    """Appended to `base_url` to make the endpoint."""
+    reserved_options: ClassVar[frozenset[str]]
+    """Body keys the provider sets from the request, which `options` may not set."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        model_name: str | None = None,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        timeout: float | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.model_name = model_name or model
+        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        self.api_key_env = api_key_env or self.default_key_env
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+        self.options = dict(options or {})
+        problem = self.settings_problem(
+            base_url=self.base_url, api_key_env=self.api_key_env, options=self.options
+        )
+        if problem is not None:
+            raise ValueError(problem[1])
+        self.endpoint = self.base_url + self.path
+        self._last_retry_after: float | None = None
+
+    @classmethod
+    def from_config(cls, config: ProviderConfig) -> Self:
+        """Build from a model of the spec; settings errors point at their line."""
+        spec = config.model
+        where = config.key_path
+        if not spec.model:
+            raise config.spec.error(
+                f"a {cls.name} model needs `model:` (the provider's model id)", where
+            )
+        problem = cls.settings_problem(
+            base_url=(spec.base_url or cls.default_base_url).rstrip("/"),
+            api_key_env=spec.api_key_env or cls.default_key_env,
+            options=spec.options,
+        )
+        if problem is not None:
+            raise config.spec.error(problem[1], (*where, problem[0]))
+        return cls(
+            model=spec.model,
+            model_name=config.name,
+            base_url=spec.base_url,
+            api_key_env=spec.api_key_env,
+            timeout=spec.timeout,
+            options=spec.options,
+        )
+
+    @classmethod
+    def settings_problem(
+        cls, *, base_url: str, api_key_env: str, options: Mapping[str, Any]
+    ) -> tuple[str, str] | None:
+        """The setting that is wrong and why, or None; never quotes a value that may be secret."""
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return "base_url", (
+                f"base_url must be an http(s) URL like {cls.default_base_url}, "
+                f"got {safe_url(base_url)!r}"
+            )
+        if not _ENV_NAME.match(api_key_env):
+            return "api_key_env", (
+                "api_key_env names the environment variable that holds the API key (like "
+                f"{cls.default_key_env}), not the key itself"
+            )
+        clash = sorted(set(options) & cls.reserved_options)
+        if clash:
+            return "options", (
+                f"options cannot set {', '.join(clash)}: the {cls.name} provider sets "
+                f"{'it' if len(clash) == 1 else 'them'} from the request"
+            )
+        return None
+
+    # -- the wire format, supplied by subclasses ----------------------------------------------
+
+    def headers(self, key: str) -> dict[str, str]:
+        """The headers of a request, with the API key."""
+        raise NotImplementedError
+
+    def body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        """The JSON body of a request."""
+        raise NotImplementedError
+
+    def parse(self, data: Any, request: ModelRequest) -> ModelResponse:
+        """The answer in a JSON body; `Malformed` or `ServerReported` when it holds none."""
+        raise NotImplementedError
+
+    def stream_state(self) -> StreamState:
+        """A fresh fold of one SSE stream."""
+        raise NotImplementedError
+
+    # -- the exchange -------------------------------------------------------------------------
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request (streamed when `request.on_text` is set), or raise `ModelError`."""
+        try:
+            response = await self._complete(request)
+        except ModelError as exc:
+            self._last_retry_after = exc.retry_after
+            raise
+        self._last_retry_after = None
+        return response
+
+    def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
+        """The server's `Retry-After` when it gave one, else exponential backoff with jitter.
+
+        Without `error`, the `Retry-After` of this provider's latest failure is used: one
+        provider serves every run of a harness, and a rate limit applies to all of them.
+        """
+        retry_after = error.retry_after if error is not None else self._last_retry_after
+        if retry_after is not None:
+            return min(retry_after, RETRY_AFTER_CAP)
+        return backoff_delay(attempt)
+
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
+        key = self._api_key()
+        failure: ModelError
+        try:
+            async with asyncio.timeout(self.timeout):
+                if request.on_text is None:
+                    data = await self._post(key, self.body(request, stream=False))
+                else:
+                    body = self.body(request, stream=True)
+                    data = await self._stream(key, body, request.on_text)
+            return self.parse(data, request)
+        except TimeoutError:
+            failure = self.error("timeout", f"no answer within {self.timeout:g}s")
+        except httpx.TimeoutException as exc:
+            failure = self.error("timeout", f"timed out ({_describe(exc, key)})")
+        except (httpx.NetworkError, httpx.ProxyError) as exc:
+            failure = self.error("timeout", f"could not reach the server ({_describe(exc, key)})")
+        except httpx.HTTPError as exc:
+            failure = self.error("server", f"the exchange broke off ({_describe(exc, key)})")
+        except Malformed as exc:
+            failure = self.error("server", f"answered with a malformed body: {_redact(exc, key)}")
+        except ServerReported as exc:
+            failure = self.reported_error(exc.error, key)
+        raise failure  # outside the handlers, so no httpx exception (with headers) is chained
+
+    def _api_key(self) -> str:
+        key = os.environ.get(self.api_key_env, "").strip()
+        if not key:
+            raise self.error(
+                "auth",
+                f"no API key: set the environment variable {self.api_key_env} "
+                "(the model's `api_key_env`)",
+            )
+        return key
+
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), verify=_tls_context())
+
+    async def _post(self, key: str, body: dict[str, Any]) -> Any:
+        async with self._client() as client:
+            response = await client.post(self.endpoint, headers=self.headers(key), json=body)
+        if not response.is_success:
+            raise self.status_error(response, key)
+        try:
+            return json.loads(response.content)
+        except ValueError:
+            raise Malformed(
+                f"HTTP {response.status_code} with a body that is not JSON: "
+                f"{_snippet(response.content)}"
+            ) from None
+
+    async def _stream(self, key: str, body: dict[str, Any], on_text: Callable[[str], None]) -> Any:
+        state = self.stream_state()
+        async with (
+            self._client() as client,
+            client.stream("POST", self.endpoint, headers=self.headers(key), json=body) as response,
+        ):
+            if not response.is_success:
+                await response.aread()
+                raise self.status_error(response, key)
+            async for event, data in iter_sse(response.aiter_lines()):
+                delta = state.feed(event, data)
+                if delta:
+                    on_text(delta)
+        return state.body()
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def error(self, kind: str, reason: str, *, retry_after: float | None = None) -> ModelError:
+        """A `ModelError` of `kind` that names the provider, the model and the endpoint."""
+        who = f"{self.name} model {self.model_name!r} ({self.model} at {safe_url(self.endpoint)})"
+        return ModelError(kind, f"{who}: {reason}", model=self.model_name, retry_after=retry_after)
+
+    def status_error(self, response: httpx.Response, key: str) -> ModelError:
+        """The `ModelError` for an answer with an HTTP error status."""
+        status = response.status_code
+        payload = _json_or_none(response.content)
+        error = payload.get("error") if isinstance(payload, Mapping) else None
+        detail = _redact(_error_message(error) or _snippet(response.content), key)
+        retry_after = parse_retry_after(response.headers)
+        if status in (401, 403):
+            return self.error(
+                "auth",
+                f"the server refused the API key in ${self.api_key_env} (HTTP {status}): {detail}",
+            )
+        if status == 429:
+            kind, what = "rate_limit", "rate limited"
+        elif status == 408:
+            kind, what = "timeout", "the server timed out"
+        elif status == 409 or status >= 500:
+            kind, what = "server", "server error"
+        elif _is_refusal(error):
+            kind, what = "refusal", "refused by the provider's content filter"
+        elif 300 <= status < 400:
+            location = safe_url(response.headers.get("location", ""))
+            kind, what = "bad_request", f"redirected to {location!r}; set base_url to it"
+        elif status == 404:
+            kind, what = "bad_request", "not found; check base_url and the model id"
+        else:
+            kind, what = "bad_request", "the server rejected the request"
+        wait = f", retry after {retry_after:g}s" if retry_after is not None else ""
+        return self.error(kind, f"{what} (HTTP {status}{wait}): {detail}", retry_after=retry_after)
+
+    def reported_error(self, error: Any, key: str) -> ModelError:
+        """The `ModelError` for an error the server reported inside an answer or a stream."""
+        codes = _error_codes(error)
+        kind = "refusal" if _is_refusal(error) else "server"
+        for code in codes if kind == "server" else ():
+            if code in _REPORTED_KINDS:
+                kind = _REPORTED_KINDS[code]
+                break
+        detail = _redact(_error_message(error) or _snippet(json.dumps(error, default=str)), key)
+        return self.error(
+            kind, f"the server reported {codes[0] if codes else 'an error'}: {detail}"
+        )
+
+
+def backoff_delay(attempt: int) -> float:
+    """Exponential backoff with jitter: half to all of `0.5 * 2**(attempt-1)`, at most 20 s."""
+    exponent = max(0, min(attempt - 1, 32))
+    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * float(2**exponent))
+    return ceiling * (0.5 + random.random() / 2)
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            seconds = float(millis) / 1000
+        except ValueError:
+            seconds = math.nan
+        if math.isfinite(seconds):
+            return max(0.0, seconds)
+    value = (headers.get("retry-after") or "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def safe_url(url: str) -> str:
+    """`url` without user info and query, which may hold credentials."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+    except ValueError:
+        return "<invalid URL>"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context for every client: building one loads the CA bundle (tens of ms)."""
+    return httpx.create_ssl_context()
+
+
+def _redact(value: object, key: str) -> str:
+    text = str(value)
+    return text.replace(key, "[REDACTED]") if key else text
+
+
+def _describe(exc: BaseException, key: str) -> str:
+    text = str(exc).strip()
+    return _redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, key)
+
+
+def _json_or_none(content: bytes) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
+
+
+def _snippet(content: bytes | str) -> str:
+    text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+    text = " ".join(text.split())
+    if not text:
+        return "(empty body)"
+    return repr(text[:_DETAIL_CHARS] + ("…" if len(text) > _DETAIL_CHARS else ""))
+
+
+def _error_message(error: Any) -> str | None:
+    if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+        message = " ".join(error["message"].split())
+        return message[:_DETAIL_CHARS] + ("…" if len(message) > _DETAIL_CHARS else "")
+    if isinstance(error, str) and error.strip():
+        return error.strip()[:_DETAIL_CHARS]
+    return None
+
+
+def _error_codes(error: Any) -> list[str]:
+    """The `type`, `code` and `innererror.code` of an error body, lower-cased."""
+    if not isinstance(error, Mapping):
+        return []
+    inner = error.get("innererror")
+    values = [error.get("type"), error.get("code")]
+    if isinstance(inner, Mapping):
+        values.append(inner.get("code"))
+    return [v.lower() for v in values if isinstance(v, str) and v]
+
+
+def _is_refusal(error: Any) -> bool:
+    return any(code in _REFUSAL_CODES for code in _error_codes(error))

@@ -1,0 +1,196 @@
+"""`Recording`: everything needed to replay one run.
+
+A recording holds the run's input, principal, tenant and labels, the conversation of its session
+before it, every model turn (the request's digest, and its content while it is in the store)
+with the answer used, every tool result, every approval decision, and the outcome: status,
+output, error, limit, usage and trace. It is built from a recorded run in the store
+(`Recording.from_run`) or loaded from a golden file (`Recording.load`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_harness.errors import HarnessError
+from pytest_harness.redaction import redact, stable_ids
+from pytest_harness.runtime.trace import Trace
+from pytest_harness.store.base import RunRecord
+
+__all__ = ["ApprovalDecision", "ModelTurn", "Recording", "ToolResult"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelTurn:
+    """One model request and the answer the run used (or the error it got)."""
+
+    model: str
+    digest: str
+    answer: Mapping[str, Any]
+    request: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResult:
+    """A tool call the run made and its raw outcome."""
+
+    name: str
+    args: Mapping[str, Any]
+    outcome: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecision:
+    """An approver's answer to one tool call."""
+
+    tool: str
+    args: Mapping[str, Any]
+    rule: str | None
+    decision: str
+    approver: Mapping[str, Any]
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recording:
+    """A recorded run, ready to replay against today's spec and code."""
+
+    task: str
+    input: str
+    principal: Mapping[str, Any]
+    tenant: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    spec_digest: str = ""
+    history: tuple[Mapping[str, Any], ...] = ()
+    model_turns: tuple[ModelTurn, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+    approvals: tuple[ApprovalDecision, ...] = ()
+    status: str = "completed"
+    output: str | None = None
+    error: Mapping[str, str] | None = None
+    limit: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    trace: Trace = field(default_factory=Trace)
+    run_id: str | None = None
+    """The stored run it came from; never written to a golden file."""
+    source: Path | None = None
+    """The file it was loaded from, if any."""
+
+    @classmethod
+    def from_run(cls, record: RunRecord) -> Recording:
+        """The recording of a stored run; `HarnessError` when the run was not recorded."""
+        state = record.state
+        rec = state.get("rec")
+        if not rec:
+            raise HarnessError(
+                f"run {record.run_id} was not recorded: start runs with state.record: true "
+                "(or load(..., record=True)) to replay them"
+            )
+        return cls(
+            task=record.task,
+            input=record.input,
+            principal=dict(record.principal),
+            tenant=record.tenant,
+            labels=dict(record.labels),
+            spec_digest=str(rec.get("spec_digest") or ""),
+            history=tuple(rec.get("history") or ()),
+            model_turns=tuple(
+                ModelTurn(
+                    model=t["model"], digest=t["digest"], answer=t["answer"], request=t["request"]
+                )
+                for t in rec.get("models") or ()
+            ),
+            tool_results=tuple(ToolResult(**t) for t in rec.get("tools") or ()),
+            approvals=tuple(ApprovalDecision(**a) for a in rec.get("approvals") or ()),
+            status=record.status,
+            output=state.get("output"),
+            error=state.get("error"),
+            limit=state.get("limit"),
+            usage=dict(state.get("usage") or {}),
+            trace=Trace.from_list(state.get("trace") or []),
+            run_id=record.run_id,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> Recording:
+        """Load a golden recording file (`.yaml`); `ArchiveError` when it is malformed."""
+        from pytest_harness.recording.golden import read_recording
+
+        return read_recording(Path(path))
+
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the recording as a golden file, atomically.
+
+        An existing file is kept (`FileExistsError`) unless `overwrite`.
+        """
+        from pytest_harness.recording.golden import write_recording
+
+        return write_recording(self, Path(path), overwrite=overwrite)
+
+    def redacted(self) -> Recording:
+        """A copy with credential-shaped keys redacted everywhere, consistently."""
+        return replace(
+            self,
+            principal=redact(self.principal),
+            labels=redact(self.labels),
+            history=tuple(redact(list(self.history))),
+            model_turns=tuple(
+                replace(
+                    t,
+                    answer=redact(t.answer),
+                    request=None if t.request is None else redact(t.request),
+                )
+                for t in self.model_turns
+            ),
+            tool_results=tuple(
+                replace(r, args=redact(r.args), outcome=redact(r.outcome))
+                for r in self.tool_results
+            ),
+            approvals=tuple(replace(a, args=redact(a.args)) for a in self.approvals),
+            output=redact(self.output),
+            trace=Trace.from_list(redact(self.trace.to_list())),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The golden form: fixed key order, no request contents, volatile ids made stable."""
+        data: dict[str, Any] = {
+            "format": "pytest-harness/recording@1",
+            "task": self.task,
+            "input": self.input,
+            "principal": dict(self.principal),
+            "tenant": self.tenant,
+            "labels": dict(self.labels),
+            "spec_digest": self.spec_digest,
+            "history": [dict(m) for m in self.history],
+            "model_turns": [
+                {"model": t.model, "request_digest": t.digest, "answer": dict(t.answer)}
+                for t in self.model_turns
+            ],
+            "tool_results": [
+                {"name": r.name, "args": dict(r.args), "outcome": dict(r.outcome)}
+                for r in self.tool_results
+            ],
+            "approvals": [
+                {
+                    "tool": a.tool,
+                    "args": dict(a.args),
+                    "rule": a.rule,
+                    "decision": a.decision,
+                    "approver": dict(a.approver),
+                    "reason": a.reason,
+                }
+                for a in self.approvals
+            ],
+            "outcome": {
+                "status": self.status,
+                "output": self.output,
+                "error": None if self.error is None else dict(self.error),
+                "limit": self.limit,
+                "usage": dict(self.usage),
+            },
+            "trace": self.trace.to_list(),
+        }
+        cleaned: dict[str, Any] = stable_ids(data)
+        return cleaned

@@ -1,0 +1,157 @@
+"""Replay: run a recording's task again on today's spec and code, answered from the recording.
+
+The replay runs in a twin of the harness over a private memory store: same spec, same rules
+and guards, but every model answer, tool result and approval decision comes from the tape. An
+approval the recording answered is answered again by the same approver, checked against
+today's rules (an approver who would be refused now does not count); one it never answered
+leaves the replay waiting, as a live run would stop.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from pytest_harness.errors import ApprovalDenied, ArchiveError, ReplayDiverged
+from pytest_harness.models.base import Message
+from pytest_harness.recording.model import Recording
+from pytest_harness.replay.report import (
+    Divergence,
+    ReplayReport,
+    diff_decisions,
+    diff_fields,
+    output_diff,
+)
+from pytest_harness.replay.tape import Tape, TapeModel, TapeTool
+from pytest_harness.runtime.principal import Principal
+from pytest_harness.runtime.results import RunResult, RunStatus
+from pytest_harness.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from pytest_harness.runtime.harness import Harness
+
+__all__ = ["load_source", "replay"]
+
+
+async def load_source(harness: Harness, source: str | os.PathLike[str] | Recording) -> Recording:
+    """The recording behind a run id, a file path, or a `Recording`."""
+    if isinstance(source, Recording):
+        return source
+    text = os.fspath(source)
+    if text.startswith("run_") and not Path(text).exists():
+        return Recording.from_run(await harness.store.get_run(text))
+    path = Path(text)
+    if path.suffix == ".hx":
+        raise ArchiveError(f"{path}: .hx archives are not supported yet; export a .yaml recording")
+    return Recording.load(path)
+
+
+async def replay(harness: Harness, source: str | os.PathLike[str] | Recording) -> ReplayReport:
+    """Replay `source` against `harness`'s spec and return the report."""
+    from pytest_harness.runtime.harness import Harness
+
+    recording = await load_source(harness, source)
+    plan = harness._plan(recording.task)
+    tape = Tape(recording)
+    model = TapeModel(tape)
+    twin_plan = replace(
+        plan,
+        models=tuple(replace(link, provider=model) for link in plan.models),
+        tools={name: TapeTool(tool, tape) for name, tool in plan.tools.items()},
+    )
+    twin = Harness(
+        harness.spec,
+        harness.plans,
+        MemoryStore(),
+        tasks={plan.name: twin_plan},
+        record=True,
+        keep_requests=False,  # the replay's recording is compared and saved by digest only
+    )
+    divergence: Divergence | None = None
+    async with twin:
+        record, _ = await twin._create(
+            recording.task,
+            recording.input,
+            Principal.from_dict(dict(recording.principal)),
+            recording.tenant,
+            None,
+            recording.labels,
+            None,
+        )
+        try:
+            history = [cast(Message, dict(m)) for m in recording.history]
+            result = await twin._drive(record, created=True, history=history)
+            result = await _answer_approvals(twin, tape, result)
+        except ReplayDiverged as exc:
+            divergence = Divergence(
+                reason=exc.reason,
+                expected=exc.expected,
+                actual=exc.actual,
+                fields=(
+                    diff_fields(exc.expected, exc.actual)
+                    if isinstance(exc.expected, dict) and isinstance(exc.actual, dict)
+                    else ()
+                ),
+            )
+            result = await twin.result(record.run_id)
+        replayed = Recording.from_run(await twin.store.get_run(record.run_id))
+    decisions = () if divergence else diff_decisions(recording.trace, result.trace)
+    return ReplayReport(
+        task=recording.task,
+        run_id=recording.run_id,
+        source=None if recording.source is None else str(recording.source),
+        status=(recording.status, result.status.value),
+        output=(recording.output, result.output),
+        output_diff=() if divergence else output_diff(recording.output, result.output),
+        decisions=decisions,
+        model_requests_changed=(_requests_changed(recording, replayed, tape), tape.requests),
+        model_answers_used=(tape.turns_used, len(tape.turns)),
+        divergence=divergence,
+        replayed=replace(replayed, run_id=None, source=recording.source),
+    )
+
+
+async def _answer_approvals(twin: Harness, tape: Tape, result: RunResult) -> RunResult:
+    """Answer the replay's approvals with the recorded decisions, while any apply."""
+    while result.status is RunStatus.AWAITING_APPROVAL:
+        answered = False
+        for pending in result.pending:
+            if pending.status != "approval" or pending.approval_id is None:
+                continue
+            decision = tape.approval(pending.call.name, pending.call.args)
+            if decision is None:
+                continue
+            approver = Principal(
+                id=str(decision.approver.get("id")),
+                roles=tuple(decision.approver.get("roles") or ()),
+                tenant=decision.approver.get("tenant"),
+            )
+            try:
+                result = await twin.approve(
+                    result.run_id,
+                    pending.approval_id,
+                    "approve" if decision.decision == "approve" else "decline",
+                    approver=approver,
+                    reason=decision.reason,
+                )
+            except ApprovalDenied:
+                continue  # an approver refused today does not count
+            answered = True
+            break
+        if not answered:
+            return result
+    return result
+
+
+def _requests_changed(recording: Recording, replayed: Recording, tape: Tape) -> int:
+    """How many of the replay's model requests differ (by digest) from the recorded ones.
+
+    A request past the end of the recording counts as changed, whether or not the replay got
+    far enough to record it.
+    """
+    before = [t.digest for t in recording.model_turns]
+    after = [t.digest for t in replayed.model_turns]
+    changed = sum(1 for i, digest in enumerate(after) if i >= len(before) or digest != before[i])
+    return changed + max(0, tape.requests - len(after))

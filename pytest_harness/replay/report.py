@@ -1,0 +1,332 @@
+"""`ReplayReport`: how a replay differs from its recording, computed here and rendered as text.
+
+Decisions are aligned by step, kind and key (the n-th decision with the same three on each
+side); a pair whose details differ is `changed`, with a field-level diff (deepdiff). Ids,
+timestamps and durations are never part of a decision, so never part of a comparison. This
+module computes and renders plain text; colour belongs to the terminal renderer.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pytest_harness.runtime.trace import Decision
+
+__all__ = [
+    "FAIL_ON",
+    "DecisionChange",
+    "Divergence",
+    "FieldDiff",
+    "ReplayReport",
+    "diff_decisions",
+    "diff_fields",
+]
+
+FAIL_ON = frozenset({"status", "output", "decisions", "requests"})
+"""The kinds of difference a report can fail on (a divergence always fails)."""
+DEFAULT_FAIL_ON = frozenset({"status", "output", "decisions"})
+
+
+@dataclass(frozen=True, slots=True)
+class FieldDiff:
+    """One field that differs: its path (`args.amount`), the recorded and the replayed value."""
+
+    path: str
+    expected: Any
+    actual: Any
+
+    def render(self) -> str:
+        """`args.amount: 250 → 300`."""
+        return f"{self.path}: {_show(self.expected)} → {_show(self.actual)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {"path": self.path, "expected": self.expected, "actual": self.actual}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionChange:
+    """A decision the replay added, removed, or made differently."""
+
+    change: Literal["added", "removed", "changed"]
+    step: int
+    kind: str
+    key: str
+    expected: Decision | None = None
+    actual: Decision | None = None
+    fields: tuple[FieldDiff, ...] = ()
+
+    def render(self) -> str:
+        """`+ step 2 rule R3 → approve (tool refund)`, `- …`, or `~ … (field: a → b)`."""
+        if self.change == "added":
+            assert self.actual is not None
+            return f"+ step {self.step} {self.actual.summary()}"
+        if self.change == "removed":
+            assert self.expected is not None
+            return f"- step {self.step} {self.expected.summary()}"
+        assert self.actual is not None
+        detail = "; ".join(f.render() for f in self.fields[:3])
+        more = f"; and {len(self.fields) - 3} more" if len(self.fields) > 3 else ""
+        return f"~ step {self.step} {self.actual.summary()} ({detail}{more})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "change": self.change,
+            "step": self.step,
+            "kind": self.kind,
+            "key": self.key,
+            "expected": None if self.expected is None else self.expected.to_dict(),
+            "actual": None if self.actual is None else self.actual.to_dict(),
+            "fields": [f.to_dict() for f in self.fields],
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Divergence:
+    """Where a replay stopped because its recording lacked something."""
+
+    reason: str
+    expected: Any = None
+    actual: Any = None
+    fields: tuple[FieldDiff, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "reason": self.reason,
+            "expected": self.expected,
+            "actual": self.actual,
+            "fields": [f.to_dict() for f in self.fields],
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayReport:
+    """How a replay compares with its recording (DESIGN §6)."""
+
+    task: str
+    run_id: str | None = None
+    """The recorded run, when replayed from the store."""
+    source: str | None = None
+    """The recording file, when replayed from one."""
+    status: tuple[str, str]
+    """(recorded, replayed)."""
+    output: tuple[str | None, str | None]
+    """(recorded, replayed)."""
+    output_diff: tuple[str, ...] = ()
+    """A unified diff of the outputs (empty when equal)."""
+    decisions: tuple[DecisionChange, ...] = ()
+    model_requests_changed: tuple[int, int] = (0, 0)
+    """(changed, total) model requests of the replay, compared by digest."""
+    model_answers_used: tuple[int, int] = (0, 0)
+    """(used, total) recorded model answers."""
+    divergence: Divergence | None = None
+    replayed: Any = field(default=None, compare=False, repr=False)
+    """The replay's own `Recording` (what `--update-recordings` writes)."""
+
+    @property
+    def diverged(self) -> str | None:
+        """Why the replay stopped, or None."""
+        return None if self.divergence is None else self.divergence.reason
+
+    @property
+    def differences(self) -> frozenset[str]:
+        """Which of status, output, decisions and requests differ."""
+        found = set()
+        if self.status[0] != self.status[1]:
+            found.add("status")
+        if self.output[0] != self.output[1]:
+            found.add("output")
+        if self.decisions:
+            found.add("decisions")
+        if self.model_requests_changed[0]:
+            found.add("requests")
+        return frozenset(found)
+
+    @property
+    def same(self) -> bool:
+        """Status, output and decisions equal, and the replay did not diverge."""
+        return self.divergence is None and not (self.differences & DEFAULT_FAIL_ON)
+
+    def failed(self, fail_on: Iterable[str] = DEFAULT_FAIL_ON) -> bool:
+        """Whether this report fails a build that fails on `fail_on` (a divergence always)."""
+        return self.divergence is not None or bool(self.differences & frozenset(fail_on))
+
+    @property
+    def subject(self) -> str:
+        """`run run_… (orders)` or `recording recordings/x.yaml (orders)`."""
+        if self.source is not None:
+            return f"recording {self.source} ({self.task})"
+        return f"run {self.run_id} ({self.task})"
+
+    def render(self) -> str:
+        """The report as plain text (DESIGN §6)."""
+        recorded, replayed = self.status
+        if self.divergence is not None:
+            head = (
+                f"diverged: {self.subject} ended {recorded}; the replay stopped: "
+                f"{self.divergence.reason}"
+            )
+        else:
+            word = "same" if self.same else "changed"
+            head = f"{word}: {self.subject} ended {recorded}; the replay ended {replayed}"
+        lines = [head]
+        if self.divergence is not None:
+            if self.divergence.expected is not None:
+                lines.append(f"  expected: {_show(self.divergence.expected)}")
+            lines.append(f"  actual:   {_show(self.divergence.actual)}")
+            lines.extend(f"    {f.render()}" for f in self.divergence.fields)
+        elif recorded != replayed:
+            lines.append(f"  status: {recorded} → {replayed}")
+        if self.decisions:
+            lines.append("  decisions:")
+            lines.extend(f"    {change.render()}" for change in self.decisions)
+        if self.divergence is None:
+            if self.output_diff:
+                lines.append("  output: changed")
+                lines.extend(f"    {line}" for line in self.output_diff)
+            else:
+                lines.append("  output: same")
+        changed, total = self.model_requests_changed
+        if changed:
+            lines.append(f"  model requests changed: {changed} of {total}")
+        used, recorded_total = self.model_answers_used
+        lines.append(f"  model answers used: {used} of {recorded_total}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, for CI dashboards."""
+        return {
+            "task": self.task,
+            "run_id": self.run_id,
+            "source": self.source,
+            "same": self.same,
+            "differences": sorted(self.differences),
+            "status": {"recorded": self.status[0], "replayed": self.status[1]},
+            "output": {
+                "recorded": self.output[0],
+                "replayed": self.output[1],
+                "diff": list(self.output_diff),
+            },
+            "decisions": [d.to_dict() for d in self.decisions],
+            "model_requests_changed": {
+                "changed": self.model_requests_changed[0],
+                "total": self.model_requests_changed[1],
+            },
+            "model_answers_used": {
+                "used": self.model_answers_used[0],
+                "total": self.model_answers_used[1],
+            },
+            "diverged": None if self.divergence is None else self.divergence.to_dict(),
+        }
+
+
+def output_diff(recorded: str | None, replayed: str | None) -> tuple[str, ...]:
+    """`- recorded` / `+ replayed` lines where the outputs differ; `(none)` stands for None."""
+    if recorded == replayed:
+        return ()
+    before = (recorded if recorded is not None else "(none)").splitlines() or [""]
+    after = (replayed if replayed is not None else "(none)").splitlines() or [""]
+    lines = difflib.unified_diff(before, after, lineterm="", n=2)
+    return tuple(
+        f"{line[0]} {line[1:]}" for line in lines if not line.startswith(("---", "+++", "@@"))
+    )
+
+
+def diff_decisions(
+    recorded: Sequence[Decision], replayed: Sequence[Decision]
+) -> tuple[DecisionChange, ...]:
+    """Align two traces by (step, kind, key, n-th occurrence) and list what differs."""
+    left = _keyed(recorded)
+    right = _keyed(replayed)
+    changes: list[tuple[tuple[int, int, int], DecisionChange]] = []
+    for position, (key, expected) in enumerate(left.items()):
+        actual = right.get(key)
+        step, kind, name, _ = key
+        if actual is None:
+            change = DecisionChange(
+                change="removed", step=step, kind=kind, key=name, expected=expected
+            )
+            changes.append(((step, 0, position), change))
+        elif actual.detail != expected.detail:
+            fields = diff_fields(expected.detail, actual.detail)
+            change = DecisionChange(
+                change="changed",
+                step=step,
+                kind=kind,
+                key=name,
+                expected=expected,
+                actual=actual,
+                fields=fields,
+            )
+            changes.append(((step, 0, position), change))
+    for position, (key, actual) in enumerate(right.items()):
+        if key not in left:
+            step, kind, name, _ = key
+            change = DecisionChange(change="added", step=step, kind=kind, key=name, actual=actual)
+            changes.append(((step, 1, position), change))
+    # within a step: what the replay added first (it explains what it removed), in order
+    changes.sort(key=lambda item: (item[0][0], -item[0][1], item[0][2]))
+    return tuple(change for _, change in changes)
+
+
+def _keyed(decisions: Sequence[Decision]) -> dict[tuple[int, str, str, int], Decision]:
+    seen: dict[tuple[int, str, str], int] = {}
+    keyed = {}
+    for decision in decisions:
+        base = (decision.step, decision.kind, decision.key)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        keyed[(*base, n)] = decision
+    return keyed
+
+
+_PATH_PART = re.compile(r"\['([^']*)'\]|\[(\d+)\]")
+
+
+def diff_fields(expected: Any, actual: Any) -> tuple[FieldDiff, ...]:
+    """Field-level differences between two JSON values (via deepdiff), in path order."""
+    from deepdiff import DeepDiff
+
+    diff = DeepDiff(expected, actual, verbose_level=2, view="tree")
+    found: list[FieldDiff] = []
+    for kind in sorted(diff):
+        for level in diff[kind]:
+            path = _dotted(level.path())
+            before = level.t1 if not _is_missing(level.t1) else None
+            after = level.t2 if not _is_missing(level.t2) else None
+            found.append(FieldDiff(path=path, expected=before, actual=after))
+    found.sort(key=lambda f: f.path)
+    return tuple(found)
+
+
+def _is_missing(value: Any) -> bool:
+    return type(value).__name__ == "NotPresent"
+
+
+def _dotted(path: str) -> str:
+    """`root['args']['amount'][0]` → `args.amount[0]`."""
+    out = ""
+    for name, index in _PATH_PART.findall(path.removeprefix("root")):
+        if index:
+            out += f"[{index}]"
+        else:
+            out += f".{name}" if out else name
+    return out or "(value)"
+
+
+def _show(value: Any, width: int = 80) -> str:
+    if isinstance(value, Mapping):
+        text = "{" + ", ".join(f"{k}: {_show(v, width)}" for k, v in value.items()) + "}"
+    elif isinstance(value, list | tuple):
+        text = "[" + ", ".join(_show(v, width) for v in value) + "]"
+    elif value is None:
+        text = "(none)"
+    else:
+        text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,137 @@
+"""The tape a replay plays from: recorded model answers, tool results and approval decisions.
+
+`TapeModel` answers the k-th model request with the k-th recorded answer; `TapeTool` answers a
+tool call with the recorded result for the same tool and arguments (each recorded result is
+used once, in order). Neither calls out. When the replay asks for something the tape lacks,
+they raise `ReplayDiverged` with what was recorded and what was asked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_harness.errors import ModelError, ReplayDiverged
+from pytest_harness.models.base import (
+    ModelRequest,
+    ModelResponse,
+    ProposedCall,
+    TokenUsage,
+)
+from pytest_harness.recording.model import ApprovalDecision, Recording
+from pytest_harness.redaction import redact
+from pytest_harness.runtime.plan import PlanTool
+from pytest_harness.tools.context import ToolContext
+from pytest_harness.tools.registry import ToolOutcome
+
+__all__ = ["Tape", "TapeModel", "TapeTool"]
+
+
+def _key(name: str, args: Mapping[str, Any]) -> str:
+    """Tool calls match by name and arguments (compared as canonical, redacted JSON)."""
+    return name + json.dumps(redact(dict(args)), sort_keys=True, separators=(",", ":"))
+
+
+class Tape:
+    """What a recording can answer, and how much of it a replay used."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self.turns = recording.model_turns
+        self.turns_used = 0
+        self.requests = 0
+        self._tools: dict[str, list[ToolOutcome]] = {}
+        for result in recording.tool_results:
+            outcome = ToolOutcome.from_dict(result.outcome)
+            self._tools.setdefault(_key(result.name, result.args), []).append(outcome)
+        self._approvals: dict[str, list[ApprovalDecision]] = {}
+        for decision in recording.approvals:
+            self._approvals.setdefault(_key(decision.tool, decision.args), []).append(decision)
+
+    def next_answer(self, request: ModelRequest) -> ModelResponse:
+        """The recorded answer to the next model request."""
+        index = self.requests
+        self.requests += 1
+        if index >= len(self.turns):
+            raise ReplayDiverged(
+                f"the replay asked for model turn {index + 1}; the recording has {len(self.turns)}",
+                expected={"model_turns": len(self.turns)},
+                actual={"model_turn": index + 1, "last_message": request.describe()},
+            )
+        turn = self.turns[index]
+        self.turns_used += 1
+        answer = turn.answer
+        if "error" in answer:
+            raise ModelError(
+                str(answer["error"]),
+                str(answer.get("message") or f"recorded {answer['error']} error"),
+                model=request.model,
+            )
+        usage = answer.get("usage") or {}
+        return ModelResponse(
+            text=answer.get("text"),
+            calls=tuple(
+                ProposedCall(id=str(c["id"]), name=str(c["name"]), args=dict(c.get("args") or {}))
+                for c in answer.get("calls") or ()
+            ),
+            usage=TokenUsage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))),
+        )
+
+    def tool_result(self, name: str, args: Mapping[str, Any]) -> ToolOutcome:
+        """The recorded outcome of this call; `ReplayDiverged` when none is left."""
+        queue = self._tools.get(_key(name, args))
+        if queue:
+            return queue.pop(0)
+        recorded = [r for r in self.recording.tool_results if r.name == name]
+        expected: dict[str, Any] | None = None
+        if recorded:
+            expected = {"name": name, "args": dict(recorded[0].args)}
+        what = "with these arguments" if recorded else "at all"
+        raise ReplayDiverged(
+            f"tool call {name} was never recorded {what}",
+            expected=expected,
+            actual={"name": name, "args": dict(args)},
+        )
+
+    def approval(self, tool: str, args: Mapping[str, Any]) -> ApprovalDecision | None:
+        """The recorded decision for this call, if any (each used once)."""
+        queue = self._approvals.get(_key(tool, args))
+        return queue.pop(0) if queue else None
+
+
+class TapeModel:
+    """A model provider that plays the tape's answers."""
+
+    name = "replay"
+    live = False
+
+    def __init__(self, tape: Tape) -> None:
+        self.tape = tape
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """The next recorded answer."""
+        return self.tape.next_answer(request)
+
+    def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
+        """Recorded errors are retried at once."""
+        return 0.0
+
+
+class TapeTool:
+    """A tool whose results come from the tape; the real function is never called."""
+
+    def __init__(self, tool: PlanTool, tape: Tape) -> None:
+        self.name = tool.name
+        self.spec = tool.spec
+        self.tape = tape
+
+    async def invoke(
+        self,
+        args: Mapping[str, Any],
+        context: ToolContext,
+        *,
+        overall_timeout: float | None = None,
+    ) -> ToolOutcome:
+        """The recorded outcome of the same call."""
+        return self.tape.tool_result(self.name, args)

@@ -1,0 +1,285 @@
+"""Record runs, change the spec, replay them: the report says what drifted."""
+
+from __future__ import annotations
+
+import pytest
+
+import pytest_harness as ph
+from pytest_harness.errors import ArchiveError
+from pytest_harness.recording.model import Recording
+
+pytestmark = pytest.mark.asyncio
+
+FINANCE = ph.Principal("fiona", ("finance",))
+
+SPEC = """
+rules:
+  - id: R1
+    when: tool == "refund" && args.amount > 100
+    then: approve
+    approvers: [finance]
+  - id: R2
+    when: tool == "delete_account"
+    then: deny
+guards: []
+tasks:
+  orders:
+    prompt: You are the order desk.
+    tools: [lookup_order, refund, delete_account]
+    rules: [R1, R2]
+state: {record: true}
+"""
+
+SCRIPT = (
+    "[{call: lookup_order, args: {order_id: A-1}}, "
+    "{call: refund, args: {order_id: A-1, amount: 250}}, "
+    "{say: 'Refunded A-1, card 4111111111111111.'}]"
+)
+
+
+def write(app, spec: str = SPEC, script: str = SCRIPT) -> None:
+    app.write(spec)
+    app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
+
+
+async def record_run(app, tmp_path, name: str = "golden.yaml") -> tuple[str, Recording]:
+    """Run the refund flow once (approved by fiona) and save it as a golden file."""
+    async with ph.load(app.spec) as harness:
+        waiting = await harness.run("orders", "Refund A-1", principal="ann")
+        done = await harness.approve(
+            waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+        )
+        assert done.ok
+        recording = Recording.from_run(await harness.store.get_run(done.run_id))
+    recording.save(tmp_path / name)
+    return done.run_id, recording
+
+
+async def replay_file(app, path) -> ph.RunResult:
+    async with ph.load(app.spec) as harness:
+        return await harness.replay(path)
+
+
+async def test_unchanged_spec_replays_the_same(app, tmp_path) -> None:
+    write(app)
+    async with ph.load(app.spec) as harness:
+        waiting = await harness.run("orders", "Refund A-1", principal="ann")
+        done = await harness.approve(
+            waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+        )
+        calls_before = list(app.tools.CALLS)
+        report = await harness.replay(done.run_id)
+    assert calls_before == app.tools.CALLS  # no tool ran during the replay
+    assert report.same and report.diverged is None
+    assert report.status == ("completed", "completed")
+    assert report.model_answers_used == (3, 3)
+    assert report.model_requests_changed == (0, 3)
+    assert report.render() == (
+        f"same: run {done.run_id} (orders) ended completed; the replay ended completed\n"
+        "  output: same\n"
+        "  model answers used: 3 of 3"
+    )
+    assert report.replayed.trace == done.trace
+
+
+async def test_golden_file_replays_the_same_and_is_deterministic(app, tmp_path) -> None:
+    write(app)
+    _, first = await record_run(app, tmp_path, "a.yaml")
+    await record_run(app, tmp_path, "b.yaml")
+    text = (tmp_path / "a.yaml").read_text()
+    assert text == (tmp_path / "b.yaml").read_text()
+    assert text.startswith("format: pytest-harness/recording@1\ntask: orders\n")
+    assert "run_" not in text and "exk_" not in text.replace("exk_1", "")
+    report = await replay_file(app, tmp_path / "a.yaml")
+    assert report.same, report.render()
+    assert report.render().startswith(f"same: recording {tmp_path / 'a.yaml'} (orders)")
+    loaded = Recording.load(tmp_path / "a.yaml")
+    assert (loaded.task, loaded.status, loaded.output) == ("orders", "completed", first.output)
+    assert [(d.step, d.kind, d.key) for d in loaded.trace] == [
+        (d.step, d.kind, d.key) for d in first.trace
+    ]
+
+
+async def test_prompt_change_changes_requests_not_decisions(app, tmp_path) -> None:
+    write(app)
+    await record_run(app, tmp_path)
+    write(app, SPEC.replace("You are the order desk.", "You are a careful order desk."))
+    report = await replay_file(app, tmp_path / "golden.yaml")
+    assert report.same
+    assert report.model_requests_changed == (3, 3)
+    assert "model requests changed: 3 of 3" in report.render()
+    assert not report.failed() and report.failed({"requests"})
+
+
+async def test_new_rule_requiring_approval_is_status_drift(app, tmp_path) -> None:
+    write(app)
+    await record_run(app, tmp_path)
+    stricter = SPEC.replace(
+        "guards: []",
+        """  - id: R3
+    when: tool == "lookup_order"
+    then: approve
+    approvers: [support]
+guards: []""",
+    ).replace("rules: [R1, R2]", "rules: [R3, R1, R2]")
+    write(app, stricter)
+    report = await replay_file(app, tmp_path / "golden.yaml")
+    assert not report.same and report.failed()
+    assert report.status == ("completed", "awaiting_approval")
+    assert "status" in report.differences and "output" in report.differences
+    text = report.render()
+    assert "changed: recording" in text
+    assert "  status: completed → awaiting_approval" in text
+    assert "    + step 1 rule R3 → approve (tool lookup_order)" in text
+    assert "    - step 1 tool lookup_order → ok" in text
+    assert "    + (none)" in text
+    assert "model answers used: 1 of 3" in text
+
+
+async def test_guard_that_now_fires_is_output_drift(app, tmp_path) -> None:
+    write(app)
+    await record_run(app, tmp_path)
+    write(
+        app,
+        SPEC.replace(
+            "guards: []",
+            "guards:\n  - {id: G1, on: output, check: regex, pattern: '\\d{16}', action: redact}",
+        ),
+    )
+    report = await replay_file(app, tmp_path / "golden.yaml")
+    assert report.status == ("completed", "completed")
+    assert report.output[1] == "Refunded A-1, card [REDACTED]."
+    assert report.differences == {"output", "decisions"}
+    assert "    + step 3 guard G1 → redact (output)" in report.render()
+    assert "    - Refunded A-1, card 4111111111111111." in report.render()
+
+
+async def test_removed_rule_makes_a_decision_disappear(app, tmp_path) -> None:
+    write(app)
+    await record_run(app, tmp_path)
+    write(app, SPEC.replace("rules: [R1, R2]", "rules: [R2]"))
+    report = await replay_file(app, tmp_path / "golden.yaml")
+    removed = [d for d in report.decisions if d.change == "removed"]
+    assert {(d.kind, d.key) for d in removed} == {("rule", "R1"), ("approval", "refund")}
+    assert report.status == ("completed", "completed")
+
+
+async def test_approver_refused_today_does_not_count(app, tmp_path) -> None:
+    write(app)
+    await record_run(app, tmp_path)
+    write(app, SPEC.replace("approvers: [finance]", "approvers: [cfo]"))
+    report = await replay_file(app, tmp_path / "golden.yaml")
+    assert report.status == ("completed", "awaiting_approval")
+    assert report.diverged is None
+
+
+async def test_tool_call_never_recorded_diverges(app, tmp_path) -> None:
+    script = "[{call: delete_account, args: {user: ann}}, {say: 'I cannot.'}]"
+    write(app, script=script)
+    async with ph.load(app.spec) as harness:
+        done = await harness.run("orders", "delete me", principal="ann")
+        Recording.from_run(await harness.store.get_run(done.run_id)).save(tmp_path / "d.yaml")
+    write(app, SPEC.replace("rules: [R1, R2]", "rules: [R1]"), script=script)
+    report = await replay_file(app, tmp_path / "d.yaml")
+    assert report.diverged == "tool call delete_account was never recorded at all"
+    assert report.failed(()) and not report.same
+    assert report.render().startswith("diverged: recording")
+    assert report.divergence.actual == {"name": "delete_account", "args": {"user": "ann"}}
+
+
+async def test_model_turn_past_the_end_diverges(app, tmp_path) -> None:
+    script = (
+        "[{call: lookup_order, args: {order_id: A-1}}, "
+        "{call: lookup_order, args: {order_id: A-2}}, {say: x}]"
+    )
+    spec = SPEC.replace("rules: [R1, R2]", "rules: [R1, R2]\n    budget: {steps: 2}")
+    write(app, spec, script=script)
+    async with ph.load(app.spec) as harness:
+        done = await harness.run("orders", "look", principal="ann")
+        assert done.limit == "steps"
+        Recording.from_run(await harness.store.get_run(done.run_id)).save(tmp_path / "s.yaml")
+    write(app, SPEC, script=script)
+    report = await replay_file(app, tmp_path / "s.yaml")
+    assert report.diverged == "the replay asked for model turn 3; the recording has 2"
+    assert report.model_answers_used == (2, 2)
+
+
+async def test_credentials_are_redacted_consistently_and_still_replay(
+    app, tmp_path, write_file
+) -> None:
+    write_file(
+        "secret_tools.py",
+        """
+        def login(user: str, password: str) -> dict:
+            return {"session": {"token": "tok-123", "user": user}, "raw": '{"api_key": "k-9"}'}
+        """,
+    )
+    spec = """
+models:
+  default: {use: scripted, script: []}
+tools:
+  login: {call: "secret_tools:login"}
+tasks:
+  t: {prompt: p, tools: [login]}
+state: {record: true}
+"""
+    app.write(spec, base=False)
+    script = "[{call: login, args: {user: ann, password: hunter2}}, {say: 'logged in'}]"
+    app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
+    async with ph.load(app.spec) as harness:
+        done = await harness.run("t", "log me in", principal="ann")
+        Recording.from_run(await harness.store.get_run(done.run_id)).save(tmp_path / "r.yaml")
+    text = (tmp_path / "r.yaml").read_text()
+    for secret in ("hunter2", "tok-123", "k-9"):
+        assert secret not in text
+    assert "[REDACTED]" in text
+    report = await replay_file(app, tmp_path / "r.yaml")
+    assert report.same, report.render()
+    import sys
+
+    sys.modules.pop("secret_tools", None)
+
+
+async def test_save_never_overwrites_unless_asked(app, tmp_path) -> None:
+    write(app)
+    _, recording = await record_run(app, tmp_path)
+    with pytest.raises(FileExistsError, match=r"golden\.yaml exists"):
+        recording.save(tmp_path / "golden.yaml")
+    recording.save(tmp_path / "golden.yaml", overwrite=True)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("format: pytest-harness/recording@9\ntask: t\n", "recording@9, newer than this.*@1"),
+        ("format: something-else\n", "format must be 'pytest-harness/recording@1'"),
+        ("- just a list\n", "a recording file is a mapping"),
+        ("format: pytest-harness/recording@1\ntask: t\ninput: x\n", "missing required key"),
+        ("format: pytest-harness/recording@1\n  bad: [indent\n", "invalid YAML"),
+    ],
+)
+async def test_bad_recording_files_are_archive_errors(tmp_path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ArchiveError, match=message) as info:
+        Recording.load(path)
+    assert "bad.yaml" in str(info.value)
+
+
+async def test_replaying_an_unrecorded_run_says_how_to_record(app) -> None:
+    write(app, SPEC.replace("state: {record: true}", ""))
+    async with ph.load(app.spec) as harness:
+        done = await harness.run("orders", "Refund A-1", principal="ann")
+        with pytest.raises(
+            ph.HarnessError, match=r"was not recorded: start runs with state\.record"
+        ):
+            await harness.replay(done.run_id)
+
+
+async def test_replay_of_an_unknown_task(app, tmp_path) -> None:
+    write(app)
+    await record_run(app, tmp_path)
+    write(app, SPEC.replace("  orders:", "  desk:"))
+    with pytest.raises(ph.UnknownTask, match="'orders'"):
+        await replay_file(app, tmp_path / "golden.yaml")
