@@ -41,7 +41,8 @@ async def load_source(harness: Harness, source: str | os.PathLike[str] | Recordi
         return source
     text = os.fspath(source)
     if text.startswith("run_") and not Path(text).exists():
-        return Recording.from_run(await harness.store.get_run(text))
+        # what leaves the store is redacted, the same way as a golden file
+        return Recording.from_run(await harness.store.get_run(text)).redacted()
     path = Path(text)
     if path.suffix == ".hx":
         raise ArchiveError(f"{path}: .hx archives are not supported yet; export a .yaml recording")

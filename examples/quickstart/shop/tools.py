@@ -30,5 +30,5 @@ def refund(order_id: str, amount: float) -> dict[str, object]:
         amount: The amount in dollars.
     """
     key = ph.current_tool_context().execution_key
-    # A real payment API would take `key` as its idempotency key, so a retried call is dropped.
-    return {"order_id": order_id, "amount": amount, "refund_id": f"rf_{key[-12:]}"}
+    # A real payment API takes `key` as its idempotency key, so a repeated call is dropped.
+    return {"order_id": order_id, "amount": amount, "idempotency_key": key}
