@@ -26,6 +26,11 @@ they hold on any machine. Rows:
    graph that interrupted before the refund, resumed with `Command(resume=...)` in a new
    process. Install them with `pip install -e '.[bench]'` and run this script with that
    environment's python; without them these rows are skipped with a note.
+8. Replay: runs recorded on the memory store, then each replayed once in the same process.
+9. The pytest plugin, in fresh processes: `pytest -q --replay-recordings` over `--runs` golden
+   files recorded from the bench app, next to the same pytest running `--runs` trivial
+   parametrized tests (the floor); and pytest's start-up on one trivial test with the plugin
+   installed minus with `-p no:harness` (best of 7 alternating processes each, per repeat).
 
 Fresh processes run without `PYTHONDONTWRITEBYTECODE` (real installs have bytecode caches) and
 after one untimed warm-up. Nothing here asserts on a time: this is a report, not a test.
@@ -353,6 +358,78 @@ def measure_replay(cfg: Config, app: Path) -> list[Row]:
     return [recorded, replayed]
 
 
+# -- the pytest plugin ------------------------------------------------------------------------
+
+PYTEST_FLAGS = ("-q", "-p", "no:cacheprovider", "-o", "asyncio_default_fixture_loop_scope=function")
+FLOOR_TESTS = """
+import pytest
+
+
+@pytest.mark.parametrize("i", range({count}))
+def test_trivial(i):
+    pass
+"""
+
+
+async def record_goldens(spec: Path, folder: Path, count: int) -> None:
+    """Record `count` runs of the bench task as golden files in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    async with ph.load(spec, env=None, record=True) as harness:
+        for i in range(count):
+            result = await harness.run(TASK, INPUT, principal=PRINCIPAL)
+            check_result(result)
+            recording = ph.Recording.from_run(await harness.store.get_run(result.run_id))
+            recording.save(folder / f"run-{i:04d}.yaml")
+
+
+def pytest_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", *PYTEST_FLAGS, *args]
+
+
+def startup_overhead(
+    with_plugin: Sequence[str], without: Sequence[str], cwd: Path, env: dict[str, str]
+) -> float:
+    """Best of 7 processes with the plugin minus best of 7 without, run alternately."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(7):
+        times[True].append(wall(with_plugin, cwd=cwd, env=env)[0])
+        times[False].append(wall(without, cwd=cwd, env=env)[0])
+    return min(times[True]) - min(times[False])
+
+
+def measure_plugin(cfg: Config, app: Path) -> list[Row]:
+    """Row 9: `pytest --replay-recordings`, its floor, and the plugin's start-up cost."""
+    folder = cfg.work / "plugin"
+    folder.mkdir()
+    (folder / "pytest.ini").write_text("[pytest]\n")  # its own rootdir, not the project's ini
+    (folder / "test_floor.py").write_text(FLOOR_TESTS.format(count=cfg.runs))
+    (folder / "test_one.py").write_text("def test_one():\n    pass\n")
+    spec = write_spec(app, "plugin", {"use": "memory"})
+    progress(f"pytest plugin: recording {cfg.runs:,} golden files")
+    asyncio.run(record_goldens(spec, folder / "recordings", cfg.runs))
+    env = fresh_env()
+    replay = pytest_argv("--replay-recordings", "recordings", f"--harness-spec={spec}")
+    floor = pytest_argv("test_floor.py")
+    with_plugin = pytest_argv("test_one.py")
+    without = pytest_argv("test_one.py", "-p", "no:harness")
+    for argv in (replay, floor, with_plugin, without):  # warm-up: bytecode caches
+        wall(argv, cwd=folder, env=env)
+    progress(f"pytest plugin: {cfg.repeat} {TIMES} replay and floor processes, start-up")
+    rows = [
+        Row("plugin-replay", f"pytest --replay-recordings, {cfg.runs:,} recordings"),
+        Row("plugin-floor", f"floor: pytest, {cfg.runs:,} trivial parametrized tests"),
+        Row("plugin-startup", "pytest start-up: plugin installed minus -p no:harness"),
+    ]
+    rows[0].runs = rows[1].runs = cfg.runs
+    for row in rows:
+        row.repeat = cfg.repeat
+    for _ in range(cfg.repeat):
+        rows[0].samples.append(wall(replay, cwd=folder, env=env)[0])
+        rows[1].samples.append(wall(floor, cwd=folder, env=env)[0])
+        rows[2].samples.append(startup_overhead(with_plugin, without, folder, env))
+    return rows
+
+
 # -- counting what one run writes -------------------------------------------------------------
 
 
@@ -660,6 +737,14 @@ def ratios(rows: dict[str, Row]) -> dict[str, list[Ratio]]:
     if have("recorded", "memory"):
         x = rows["recorded"].per_run / rows["memory"].per_run
         out["recorded"].append(Ratio(f"{x:.2f}{TIMES} row 1's time (recording off)"))
+    if have("plugin-replay", "plugin-floor"):
+        x = rows["plugin-replay"].seconds / rows["plugin-floor"].seconds
+        text = f"{x:.1f}{TIMES} the floor's wall time"
+        out["plugin-replay"].append(aim_ratio(text, f"≤ 2{TIMES}", x, 2, False))
+    if have("plugin-startup"):
+        ms = rows["plugin-startup"].seconds * 1000
+        text = f"{ms:.1f} ms added to pytest's start-up"
+        out["plugin-startup"].append(aim_ratio(text, "< 20 ms", ms, 20, False))
     if have("approve"):
         ms = rows["approve"].seconds * 1000
         text = f"{ms:.0f} ms against a 250 ms budget"
@@ -763,6 +848,9 @@ NUMBERS = {
     "lg-resume": "7",
     "recorded": "8",
     "replay": "8",
+    "plugin-replay": "9",
+    "plugin-floor": "9",
+    "plugin-startup": "9",
 }
 
 
@@ -785,6 +873,11 @@ def footnotes(tx: Transactions, lg_commits: int | None) -> list[str]:
         + ". The peers enforce no rule, and pydantic-ai persists nothing.",
         "Replay (row 8): each run recorded on the memory store (timed as the first row 8), then "
         "replayed once in the same process: no tool runs, no model is called.",
+        "Row 9 runs fresh pytest processes (-q, no cache provider, sequential) in a folder with "
+        "its own ini: the replay row loads the bench spec once and replays each golden file as "
+        "one test item; the floor is the same pytest with one trivial parametrized test; "
+        "start-up is the best of 7 processes on one trivial test, with the plugin minus "
+        "without it.",
     ]
     return notes
 
@@ -824,6 +917,7 @@ def measure_all(cfg: Config) -> tuple[list[Row], Transactions, int | None]:
         measure_floor(cfg, "normal", tx),
         *measure_replay(cfg, app),
     ]
+    rows += measure_plugin(cfg, app)
     peers, lg_commits = measure_peers(cfg)
     rows += measure_imports(cfg)
     rows.append(measure_approve(cfg))

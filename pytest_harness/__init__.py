@@ -50,11 +50,13 @@ from pytest_harness.runtime.results import (
 from pytest_harness.runtime.trace import Decision, ToolCall, Trace
 
 if TYPE_CHECKING:
+    from pytest_harness import testing
     from pytest_harness.models.live import allow_live_models
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness, RunHandle, load
     from pytest_harness.spec.schema import ReplayPolicy
+    from pytest_harness.store.base import Event
     from pytest_harness.tools.context import ToolContext, current_tool_context
 
 __version__ = "0.1.0"
@@ -65,6 +67,7 @@ __all__ = [
     "ArchiveError",
     "Call",
     "Decision",
+    "Event",
     "Harness",
     "HarnessError",
     "LiveModelBlocked",
@@ -100,9 +103,11 @@ __all__ = [
     "allow_live_models",
     "current_tool_context",
     "load",
+    "testing",
 ]
 
 _LAZY = {
+    "Event": "pytest_harness.store.base",
     "Harness": "pytest_harness.runtime.harness",
     "RunHandle": "pytest_harness.runtime.harness",
     "load": "pytest_harness.runtime.harness",
@@ -116,6 +121,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "testing":  # the pytest helpers, a submodule imported on first use
+        import importlib
+
+        return importlib.import_module("pytest_harness.testing")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_harness' has no attribute {name!r}")

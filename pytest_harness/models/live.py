@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["allow_live_models", "live_models_allowed"]
+__all__ = ["allow_live_models", "live_models_allowed", "set_live_models_allowed"]
 
 _allowed: bool | None = None
 
@@ -33,3 +33,14 @@ def allow_live_models(allowed: bool = True) -> Iterator[None]:
         yield
     finally:
         _allowed = previous
+
+
+def set_live_models_allowed(allowed: bool | None) -> bool | None:
+    """Allow (`True`) or block (`False`) live model calls until changed; return the previous value.
+
+    `None` defers to `HARNESS_ALLOW_LIVE` again. The pytest plugin sets it for a whole session.
+    """
+    global _allowed
+    previous = _allowed
+    _allowed = allowed
+    return previous

@@ -11,6 +11,22 @@ boundary is committed before the next begins, fenced by the worker's lease token
 What happens between two commits is recomputed from the last one after a crash: a model answer
 that was never committed is asked for again (a new attempt), guards on a committed result run
 again, and a committed result is never produced twice.
+
+Recovery by the last committed boundary, when a worker resumes a run another one left
+`running` (DESIGN §5):
+
+* no dispatch committed: the model is asked again, with a new attempt id, and an
+  `attempt_reset` event tells streams to drop the text of the lost attempt (it is emitted when
+  the next thing the run does is a model call, which is where an interrupted worker spends
+  nearly all of its time outside tools);
+* dispatch committed, no result: a `manual` tool's call becomes `uncertain` and the run waits
+  (`awaiting_resolution`, a `recovery_required` event) for `Harness.resolve`; a `safe` one is
+  invoked again, an `idempotent` one too, with the same execution key (attempt + 1);
+* result committed: reused, never invoked again.
+
+Pause and cancel are cooperative: `Store.commit` returns the run's pending control request, so
+the driver acts on one at its next boundary: after a tool's result (the tool settles first),
+or after the dispatch commit of a call it has not invoked yet (the dispatch is undone).
 """
 
 from __future__ import annotations
@@ -20,7 +36,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +50,7 @@ from pytest_harness.errors import (
 from pytest_harness.models.base import Message, ModelRequest, ModelResponse, content_digest
 from pytest_harness.models.live import live_models_allowed
 from pytest_harness.redaction import comparable
+from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.guards import GuardContext, apply_guards
 from pytest_harness.runtime.plan import ModelLink, TaskPlan
 from pytest_harness.runtime.principal import Principal
@@ -47,6 +64,8 @@ from pytest_harness.tools.context import ToolContext
 
 if TYPE_CHECKING:
     from pytest_harness.tools.registry import ToolOutcome
+
+_UNSET: Any = object()
 
 __all__ = ["Driver", "args_digest", "execution_key"]
 
@@ -92,12 +111,22 @@ class DriveContext:
     keep_requests: bool = True
     """Keep each recorded model request's content, not only its digest."""
     spec_digest: str = ""
+    hub: EventHub | None = None
+    """Where committed and provisional events are announced to this process's streams."""
 
 
 class Driver:
     """Drives one run from its stored state to an end or a suspension."""
 
-    def __init__(self, ctx: DriveContext, plan: TaskPlan, record: RunRecord, token: int) -> None:
+    def __init__(
+        self,
+        ctx: DriveContext,
+        plan: TaskPlan,
+        record: RunRecord,
+        token: int,
+        *,
+        interrupted: bool = False,
+    ) -> None:
         self.ctx = ctx
         self.plan = plan
         self.record = record
@@ -110,6 +139,16 @@ class Driver:
         self.history: list[Message] = []
         self.released = False
         """Whether the last commit gave the lease up (the run ended or suspended)."""
+        self.control: str | None = record.control
+        """The pending pause or cancel request, as the last commit (or read) returned it."""
+        self.interrupted = interrupted
+        """The run was left `running` by a worker that stopped: recover from its last commit."""
+        self._pending: list[EventDraft] = []
+        """Events to commit with the next boundary (text deltas, attempt resets, resolutions)."""
+        self._reset: str | None = None
+        """Why the next model request replaces an earlier attempt (`interrupted`, `retry`)."""
+        self._streamed: str | None = None
+        """The last attempt that streamed text."""
         self._started = time.monotonic()
         self._elapsed0 = self.state.elapsed
 
@@ -135,8 +174,13 @@ class Driver:
 
     async def _loop(self) -> RunResult:
         state = self.state
+        if self.control is not None:
+            return await self._stop()
         if self.status is not RunStatus.RUNNING:
             self.status = RunStatus.RUNNING
+            self._pending.append(EventDraft("status_changed", {"status": "running"}))
+        elif self.interrupted and self._model_next():
+            self._reset = "interrupted"
         if state.phase == "start":
             if self.ctx.record:
                 state.rec = {
@@ -237,6 +281,20 @@ class Driver:
                     await self._sleep(link.provider.retry_delay(attempt, last))
                 request = self._request(link)
                 state.turns[link.name] = request.turn + 1
+                if self._reset is not None:
+                    self._announce(
+                        EventDraft(
+                            "attempt_reset",
+                            {
+                                "attempt": request.attempt_id,
+                                "seq": 0,
+                                "model": link.name,
+                                "turn": request.turn,
+                                "reason": self._reset,
+                            },
+                        )
+                    )
+                    self._reset = None
                 try:
                     response = await self._within_deadline(
                         link.provider.complete(request), link.spec.timeout, f"model {link.name}"
@@ -244,6 +302,8 @@ class Driver:
                 except ModelError as exc:
                     self._record_turn(link, request, {"error": exc.kind, "message": str(exc)})
                     self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
+                    if self._streamed == request.attempt_id:
+                        self._reset = "retry"  # its text was streamed: the next attempt replaces it
                     last = exc
                     if not exc.retryable:
                         raise
@@ -255,17 +315,50 @@ class Driver:
         raise ModelError(last.kind, f"every model failed (tried {tried}); last error: {last}")
 
     def _request(self, link: ModelLink) -> ModelRequest:
+        attempt_id = f"att_{uuid.uuid4().hex}"
+        run_id = self.record.run_id
+        hub = self.ctx.hub
+        # Providers stream when given `on_text`. In-process ones (scripted, function) get it
+        # always, at no cost; a live one only while a stream of this process follows the run,
+        # so nobody pays for streaming that nobody reads.
+        on_text = None
+        if not link.provider.live or (hub is not None and hub.watching(run_id)):
+            on_text = self._text_sink(attempt_id)
         return ModelRequest(
             task=self.plan.name,
             model=link.name,
             system=self.plan.spec.prompt,
             messages=(*self.history, *self.state.messages),
             tools=self.plan.schemas,
-            run_id=self.record.run_id,
+            run_id=run_id,
             turn=self.state.turns.get(link.name, 0),
             input=self.record.input,
-            attempt_id=f"att_{uuid.uuid4().hex}",
+            attempt_id=attempt_id,
+            on_text=on_text,
         )
+
+    def _text_sink(self, attempt_id: str) -> Callable[[str], None]:
+        """The `on_text` of one attempt: each piece becomes a `text_delta` event."""
+        seq = 0
+
+        def on_text(delta: str) -> None:
+            nonlocal seq
+            if not delta:
+                return
+            seq += 1
+            self._streamed = attempt_id
+            self._announce(
+                EventDraft("text_delta", {"attempt": attempt_id, "seq": seq, "text": delta})
+            )
+
+        return on_text
+
+    def _announce(self, draft: EventDraft) -> None:
+        """Queue an event for the next commit and hand it to this process's streams now."""
+        self._pending.append(draft)
+        hub = self.ctx.hub
+        if hub is not None:
+            hub.provisional(self.record.run_id, draft)
 
     async def _plan_calls(self, response: ModelResponse, step: int) -> RunResult | None:
         """Decide every proposed call with the rules; suspend when one needs an approval."""
@@ -359,10 +452,19 @@ class Driver:
     async def _invoke(self, call: dict[str, Any]) -> RunResult | None:
         state, budget = self.state, self.plan.budget
         tool = self.plan.tools[call["name"]]
+        if call["status"] == "uncertain":  # still unresolved (a paused run was resumed)
+            return await self._suspend(RunStatus.AWAITING_RESOLUTION, [], [])
         if call["status"] == "dispatched" and tool.spec.replay is ReplayPolicy.MANUAL:
+            # Dispatched by a worker that stopped before the result was committed: whether
+            # the tool ran cannot be known here, and it may not be repeated on a guess.
             call["status"] = "uncertain"
             event = EventDraft(
-                "recovery_required", {"execution_key": call["key"], "tool": call["name"]}
+                "recovery_required",
+                {
+                    "execution_key": call["key"],
+                    "tool": call["name"],
+                    "attempt": call["attempt"],
+                },
             )
             return await self._suspend(RunStatus.AWAITING_RESOLUTION, [event], [])
         if budget.tool_calls is not None and state.tool_calls >= budget.tool_calls:
@@ -370,11 +472,27 @@ class Driver:
         remaining = self._remaining()
         if remaining is not None and remaining <= 0:
             return await self._limit_deadline()
+        previous = call["status"]
         call["status"] = "dispatched"
         call["attempt"] += 1
         await self._commit(
-            [EventDraft("tool_call_start", {"execution_key": call["key"], "tool": call["name"]})]
+            [
+                EventDraft(
+                    "tool_call_start",
+                    {
+                        "execution_key": call["key"],
+                        "tool": call["name"],
+                        "attempt": call["attempt"],
+                    },
+                )
+            ]
         )
+        if self.control is not None and previous != "dispatched":
+            # Asked to stop before the tool started: undo the dispatch, so a resumed run
+            # dispatches it afresh instead of treating it as interrupted.
+            call["status"] = previous
+            call["attempt"] -= 1
+            return await self._stop()
         context = ToolContext(
             tool=call["name"],
             execution_key=call["key"],
@@ -400,6 +518,8 @@ class Driver:
         )
         if outcome.kind == "deadline":
             return await self._limit_deadline()
+        if self.control is not None:
+            return await self._stop()  # the tool settled; stop before anything new starts
         return None
 
     def _settle(self, call: dict[str, Any], outcome: str, text: str) -> None:
@@ -422,7 +542,7 @@ class Driver:
         state = self.state
         for call in state.calls:
             text = call["outcome"]["text"]
-            if call["outcome"]["kind"] in ("ok", "error"):
+            if call["outcome"]["kind"] in ("ok", "error", "resolved"):
                 context = self._guard_context("tool_result", call["name"], call["args"])
                 outcome = apply_guards(self.plan.guards, text, context, step=state.steps)
                 self._decide(*outcome.decisions)
@@ -448,6 +568,16 @@ class Driver:
     async def _limit_deadline(self) -> RunResult:
         deadline = self.plan.spec.deadline or 0.0
         return await self._limit("deadline", deadline, round(self._elapsed(), 3))
+
+    async def _stop(self) -> RunResult:
+        """Act on the pending control request: `cancel` ends the run, `pause` suspends it."""
+        if self.control == "cancel":
+            return await self._end(RunStatus.CANCELLED)
+        return await self._suspend(RunStatus.PAUSED, [], [])
+
+    async def stop(self) -> RunResult:
+        """Act on the run's pending control request under this driver's lease, and nothing else."""
+        return await self._stop()
 
     async def _end(self, status: RunStatus, *, error: dict[str, str] | None = None) -> RunResult:
         state = self.state
@@ -479,17 +609,29 @@ class Driver:
         release: bool = False,
     ) -> None:
         self.state.elapsed = self._elapsed()
-        await self.ctx.store.commit(
-            self.record.run_id,
+        if self._pending:
+            events = [*self._pending, *events]
+        status = self.status
+        # A pause or an end acts on the pending request; a suspension for a person keeps it,
+        # so the harness acts on it after this drive (the run must not resume on an answer).
+        acted = self.control if status is RunStatus.PAUSED or status.ended else None
+        run_id = self.record.run_id
+        self.control = await self.ctx.store.commit(
+            run_id,
             self.token,
-            status=self.status.value,
+            status=status.value,
             state=self.state.to_dict(),
             events=events,
             approvals=approvals or (),
             lease_ttl=self.ctx.lease if self.ctx.renew else None,
             release=release,
+            clear_control=acted,
         )
+        self._pending.clear()
         self.released = release
+        hub = self.ctx.hub
+        if hub is not None:
+            hub.committed(run_id)
 
     def result(self) -> RunResult:
         """The run's result as of the last commit."""
@@ -574,6 +716,63 @@ class Driver:
                 await self.ctx.store.renew_lease(self.record.run_id, self.token, self.ctx.lease)
             except StoreError:
                 return
+
+    def _model_next(self) -> bool:
+        """Whether the next thing this run does, from its committed state, is a model call."""
+        state = self.state
+        if state.phase in ("start", "model"):
+            return True
+        return state.phase == "tools" and all(c["status"] == "done" for c in state.calls)
+
+    def resolve(self, key: str, how: str, *, value: Any = _UNSET, by: str | None = None) -> None:
+        """Settle the uncertain call `key`: `result` (with `value`), `retry` or `abort`.
+
+        The caller has checked that the call is uncertain. The resolution is a `tool_resolved`
+        event committed with the next boundary; a result or an abort is the call's outcome (a
+        trace decision, and a tool result in the recording, so a replay answers it the same).
+        """
+        from pytest_harness.tools.registry import ToolOutcome
+
+        state = self.state
+        call = next(c for c in state.calls if c["key"] == key)
+        who = by or "an operator"
+        call["resolution"] = {"how": how, "by": by}
+        self._pending.append(
+            EventDraft(
+                "tool_resolved",
+                {"execution_key": key, "tool": call["name"], "resolution": how, "by": by},
+            )
+        )
+        if how == "retry":
+            call["status"] = "retry"  # invoked again: attempt + 1, the same execution key
+            return
+        if how == "result":
+            outcome = ToolOutcome.resolved(value)
+        else:
+            outcome = ToolOutcome.failure(
+                "aborted",
+                f"Error: this call of {call['name']} was aborted by {who}: its worker stopped "
+                "before the result was known, and it was not retried. It may or may not have "
+                "taken effect.",
+                type="Aborted",
+                message=f"aborted by {who} after its outcome became uncertain",
+            )
+        if state.rec is not None:
+            entry = {"name": call["name"], "args": call["args"], "outcome": outcome.to_dict()}
+            state.rec["tools"].append(entry)
+        state.tool_calls += 1
+        call["status"] = "done"
+        call["outcome"] = outcome.to_dict()
+        self._tool_decision(call, outcome)
+
+    async def checkpoint(self, status: RunStatus) -> RunResult:
+        """Commit the state as it is with `status`; a waiting status gives the lease up."""
+        changed = status.value != self.record.status
+        self.status = status
+        waiting = status is not RunStatus.RUNNING
+        events = [EventDraft("status_changed", {"status": status.value})] if changed else []
+        await self._commit(events, release=waiting)
+        return self.result()
 
     def apply_decisions(self, decided: Mapping[str, ApprovalRow]) -> None:
         """Bring the answered approvals (by approval id) into the state."""

@@ -1,39 +1,60 @@
-"""`Harness`: the public async API over a spec, its tools and models, and a store."""
+"""`Harness`: the public async API over a spec, its tools and models, and a store.
+
+Durable runs (DESIGN §4, §5): every run is driven under a lease with a fencing token, so at most
+one worker drives it; a worker that stops leaves the run `running` with a lease that expires,
+and `recover()` (or `resume(run_id)`) in any process continues it from its last committed
+boundary. `pause`/`cancel` write a control request that the driving worker reads at its next
+boundary (or act at once, under the lease, when nobody drives the run). `resolve` settles a
+tool call a crash left uncertain. `stream` follows a run's event log by cursor.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
+import time
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pytest_harness.errors import (
     ApprovalDenied,
     ResolutionError,
     RunBusy,
+    UnknownExecutionKey,
     UnknownTask,
 )
 from pytest_harness.hookspecs import StoreFactory
 from pytest_harness.models.base import Message
 from pytest_harness.plugins import registry
-from pytest_harness.runtime.engine import DriveContext, Driver
+from pytest_harness.runtime.engine import DriveContext, Driver, execution_key
+from pytest_harness.runtime.events import EventHub, follow
 from pytest_harness.runtime.plan import Plans, TaskPlan
 from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.runtime.state import RunState, result_from_state
 from pytest_harness.spec.spec import Spec
-from pytest_harness.store.base import EventDraft, NewRun, RunRecord, Store
+from pytest_harness.store.base import Event, EventDraft, NewRun, RunRecord, Store, parse_cursor
 
 if TYPE_CHECKING:
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
 
 __all__ = ["Harness", "RunHandle", "load"]
+
+_UNSET: Any = object()
+"""`resolve(result=...)` was not given (None is a result like any other)."""
+
+_PAUSABLE = (
+    RunStatus.RUNNING.value,
+    RunStatus.AWAITING_APPROVAL.value,
+    RunStatus.AWAITING_RESOLUTION.value,
+)
+_CANCELLABLE = (*_PAUSABLE, RunStatus.PAUSED.value)
 
 
 def load(
@@ -72,12 +93,22 @@ def _make_store(spec: Spec, store: Store | str | None) -> Store:
 
 
 class RunHandle:
-    """A run started with `Harness.submit()`: its ids now, its result when it stops."""
+    """A run started with `Harness.submit()`: its ids now, its events as they come, its result."""
 
-    def __init__(self, run_id: str, session_id: str, task: asyncio.Task[RunResult]) -> None:
+    def __init__(
+        self, run_id: str, session_id: str, task: asyncio.Task[RunResult], harness: Harness
+    ) -> None:
         self.run_id = run_id
         self.session_id = session_id
         self._task = task
+        self._harness = harness
+
+    def events(self, *, after: str = "0") -> AsyncIterator[Event]:
+        """The run's events after the cursor `after`, then live ones until it ends or waits.
+
+        The same as `Harness.stream(handle.run_id, after=after)`; see there.
+        """
+        return self._harness.stream(self.run_id, after=after)
 
     async def result(self) -> RunResult:
         """Wait until the run ends or suspends and return its result."""
@@ -115,6 +146,9 @@ class Harness:
         self._opened = False
         self._closed = False
         self._background: set[asyncio.Task[RunResult]] = set()
+        self._hub = EventHub()
+        self._driving: set[str] = set()
+        """Runs a task of this harness drives now (its lease may look expired on memory)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -202,14 +236,14 @@ class Harness:
         job = asyncio.ensure_future(coro)
         self._background.add(job)
         job.add_done_callback(self._background.discard)
-        return RunHandle(record.run_id, record.session_id, job)
+        return RunHandle(record.run_id, record.session_id, job, self)
 
     async def result(self, run_id: str) -> RunResult:
         """Read a run's result from the store (no memory of this process needed)."""
         await self._open()
         record = await self.store.get_run(run_id)
         answered: frozenset[str] = frozenset()
-        if record.status == RunStatus.AWAITING_APPROVAL.value:
+        if record.status in (RunStatus.AWAITING_APPROVAL.value, RunStatus.PAUSED.value):
             rows = await self.store.approvals(run_id)
             answered = frozenset(r.approval_id for r in rows if r.status != "pending")
         return _result(record, answered)
@@ -253,6 +287,7 @@ class Harness:
     ) -> RunResult:
         """Answer an approval; when none is left open, resume the run and return its result.
 
+        A paused run takes the answer too, and stays paused until `resume()`.
         `ApprovalDenied` when the approver lacks every role the rule names, is the principal
         who started the run (unless the rule sets `self_approve: true`), or belongs to another
         tenant; `ResolutionError` for an unknown approval or a second answer.
@@ -272,7 +307,8 @@ class Harness:
             raise ResolutionError(
                 f"run {run_id} has no approval {approval_id!r} (its approvals: {known})"
             )
-        if row.status == "pending" and record.status != RunStatus.AWAITING_APPROVAL.value:
+        answerable = (RunStatus.AWAITING_APPROVAL.value, RunStatus.PAUSED.value)
+        if row.status == "pending" and record.status not in answerable:
             raise ResolutionError(
                 f"run {run_id} is {record.status}, not awaiting approval; "
                 f"approval {approval_id} can no longer be answered"
@@ -291,13 +327,117 @@ class Harness:
                 {"approval_id": approval_id, "decision": decision, "approver": who.id},
             ),
         )
+        self._hub.committed(run_id)
         # Read again: another approver may have answered the others meanwhile.
         if any(r.status == "pending" for r in await self.store.approvals(run_id)):
             return await self.result(run_id)
+        current = await self.store.get_run(run_id)
+        if current.status != RunStatus.AWAITING_APPROVAL.value:  # paused: resume() continues it
+            return await self.result(run_id)
         try:
-            return await self._drive(await self.store.get_run(run_id))
+            return await self._drive(current)
         except RunBusy:  # the last two answers raced: the other approver's worker resumes it
             return await self.result(run_id)
+
+    async def resolve(
+        self,
+        run_id: str,
+        execution_key: str,
+        *,
+        result: Any = _UNSET,
+        retry: bool = False,
+        abort: bool = False,
+        resolver: Principal | str | None = None,
+    ) -> RunResult:
+        """Settle a tool call whose outcome a crash left uncertain, then continue the run.
+
+        Give exactly one of: `result=` the value the tool produced (you checked the system it
+        acts on; the model reads it as the tool's result), `retry=True` (invoke the tool again,
+        attempt + 1 with the same execution key: you accept a possible repeat), or
+        `abort=True` (the model is told the call was aborted, with its outcome unknown). The
+        run then continues and its result is returned; a paused run records the resolution
+        and stays paused until `resume()`. `resolver` (optional) is who decided, for the
+        `tool_resolved` event and the abort message.
+
+        `ResolutionError` when not exactly one is given, when the call is not uncertain (never
+        interrupted, or already resolved), or when the run does not wait for a resolution;
+        `UnknownExecutionKey` for a key the run does not have; `RunBusy` while another worker
+        holds the run.
+        """
+        given = [
+            name
+            for name, on in (("result", result is not _UNSET), ("retry", retry), ("abort", abort))
+            if on
+        ]
+        if len(given) != 1:
+            what = " and ".join(f"{g}=" for g in given) if given else "none of them"
+            raise ResolutionError(
+                f"resolve() takes exactly one of result=..., retry=True or abort=True; got "
+                f"{what} (run {run_id}, execution key {execution_key})"
+            )
+        by = None if resolver is None else as_principal(resolver).id
+        await self._open()
+        record = await self.store.get_run(run_id)
+        _check_resolvable(record, execution_key)
+        return await self._drive(record, resolution=(execution_key, given[0], result, by))
+
+    async def pause(self, run_id: str) -> RunResult:
+        """Ask the run to pause: no new step or tool call starts, a running tool settles first.
+
+        A run that no worker drives (waiting for an approval or a resolution, or interrupted)
+        is paused at once; one that a worker drives (in any process) pauses at its next
+        boundary, and the result returned here may still say `running`. While paused, its
+        deadline does not run; approvals and resolutions are still taken; `resume()` continues
+        it. An ended or already paused run is returned as it is.
+        """
+        await self._open()
+        record = await self.store.request_control(run_id, "pause", statuses=_PAUSABLE)
+        return await self._after_control(record)
+
+    async def cancel(self, run_id: str) -> RunResult:
+        """Ask the run to stop for good: it ends `cancelled` at its next boundary.
+
+        Cooperative like `pause`: a running tool settles first (nothing already done is
+        undone), and a run no worker drives is cancelled at once. A cancelled run is never
+        resumed: `recover()` skips it, and `resume()` returns it as it is.
+        """
+        await self._open()
+        record = await self.store.request_control(run_id, "cancel", statuses=_CANCELLABLE)
+        return await self._after_control(record)
+
+    async def recover(self) -> list[RunResult]:
+        """Resume every interrupted run whose lease expired (their worker stopped).
+
+        For a restarted worker: each `running` run whose lease expired is continued from its
+        last committed boundary, one after another, and their results are returned. A run that
+        another worker took meanwhile (`RunBusy`), or whose task this spec does not declare,
+        is left alone; the others are still resumed.
+        """
+        await self._open()
+        results: list[RunResult] = []
+        for run_id in await self.store.expired_runs():
+            if run_id in self._driving:
+                continue
+            try:
+                results.append(await self._drive(await self.store.get_run(run_id)))
+            except (RunBusy, UnknownTask):
+                continue
+        return results
+
+    def stream(self, run_id: str, *, after: str = "0") -> AsyncIterator[Event]:
+        """The run's events after the cursor `after`, then live ones until it ends or waits.
+
+        Use it as `async for event in harness.stream(run_id, after=cursor)`. Stored events come
+        in cursor order, each once; save `event.cursor` and pass it back to reconnect without
+        gaps or repeats. Events of a run this harness drives arrive at once; those of a run
+        driven by another process within half a second. `text_delta` and `attempt_reset`
+        events of this process's runs arrive provisionally first, with `cursor == ""`, and are
+        not repeated when they commit. Breaking out of the loop does not affect the run. A run
+        left `running` by a worker that died is followed until another worker recovers it.
+        `ValueError` for a malformed cursor; `UnknownRun` (on first iteration) for no such run.
+        """
+        parse_cursor(after)
+        return follow(self.store, self._hub, run_id, after, ready=self._open)
 
     async def resume(self, run_id: str) -> RunResult:
         """Continue a suspended or interrupted run from its last checkpoint.
@@ -311,6 +451,25 @@ class Harness:
         if status.ended:
             return _result(record)
         return await self._drive(record)
+
+    async def _after_control(self, record: RunRecord) -> RunResult:
+        """Act on a control request just written, unless a worker will at its next boundary."""
+        run_id = record.run_id
+        if (
+            record.control is None
+            or RunStatus(record.status).ended
+            or run_id in self._driving
+            or record.lease_live(time.time())
+        ):
+            return await self.result(run_id)
+        return await self._settle_control(run_id)
+
+    async def _settle_control(self, run_id: str) -> RunResult:
+        """Pause or cancel a run nobody drives, under this worker's lease."""
+        try:
+            return await self._drive(await self.store.get_run(run_id), control_only=True)
+        except RunBusy:  # a worker took it meanwhile: it acts on the request itself
+            return await self.result(run_id)
 
     async def replay(self, source: str | os.PathLike[str] | Recording) -> ReplayReport:
         """Replay a stored run (by id), a `Recording`, or a recording file against this spec.
@@ -390,57 +549,107 @@ class Harness:
         )
 
     async def _drive(
-        self, record: RunRecord, *, created: bool = False, history: list[Message] | None = None
+        self,
+        record: RunRecord,
+        *,
+        created: bool = False,
+        history: list[Message] | None = None,
+        control_only: bool = False,
+        resolution: tuple[str, str, Any, str | None] | None = None,
     ) -> RunResult:
         """Drive a run under this worker's lease until it ends or suspends.
 
         A run this worker has just `created` already holds its lease (token 1); any other is
-        leased here and read again, for what its previous holder committed. The driver's last
-        commit releases the lease; if it never gets there, the lease is released here.
-        `history` is the session's earlier conversation (read from the store when None).
+        leased here and read again, for what its previous holder committed (`RunBusy` when
+        another worker, or another task of this harness, drives it). The driver's last commit
+        releases the lease; if it never gets there, the lease is released here. `history` is
+        the session's earlier conversation (read from the store when None). With
+        `control_only`, only a pending pause or cancel request is acted on; `resolution`
+        (`key, how, value, by`) settles an uncertain call first. A control request that
+        arrives with the drive's last commit is acted on before returning.
         """
         plan = self._plan(record.task)
         store = self.store
-        state = self.spec.document.state
-        token = record.lease_token
-        if not created:
-            token = await store.acquire_lease(record.run_id, self.owner, state.lease)
-            record = await store.get_run(record.run_id)
-        released = False
+        run_id = record.run_id
+        lease = self.spec.document.state.lease
+        if run_id in self._driving:
+            raise RunBusy(run_id, self.owner, max(0.0, (record.lease_expires or 0) - time.time()))
+        self._driving.add(run_id)
         try:
-            status = RunStatus(record.status)
-            if status.ended:
-                return _result(record)
+            token = record.lease_token
+            if not created:
+                token = await store.acquire_lease(run_id, self.owner, lease)
+                record = await store.get_run(run_id)
+            interrupted = not created and record.status == RunStatus.RUNNING.value
             ctx = DriveContext(
                 store=store,
                 owner=self.owner,
-                lease=state.lease,
+                lease=lease,
                 renew=store.kind != "memory",
                 record=self.record,
                 keep_requests=self._keep_requests,
                 spec_digest=self.spec.digest,
+                hub=self._hub,
             )
-            driver = Driver(ctx, plan, record, token)
-            if status is RunStatus.AWAITING_APPROVAL:
-                decided = {
-                    row.approval_id: row
-                    for row in await store.approvals(record.run_id)
-                    if row.status != "pending"
-                }
-                driver.apply_decisions(decided)
-                if any(
-                    c.get("verdict") == "approve" and c.get("decision") is None
-                    for c in driver.state.calls
-                ):
-                    return _result(record)
-            if history is None:
-                history = await self._history(record)
-            result = await driver.drive(history)
-            released = driver.released
-            return result
+            driver = Driver(ctx, plan, record, token, interrupted=interrupted)
+            try:
+                result = await self._continue(driver, record, history, control_only, resolution)
+            finally:
+                if not driver.released:
+                    await store.release_lease(run_id, token)
         finally:
-            if not released:
-                await store.release_lease(record.run_id, token)
+            self._driving.discard(run_id)
+        if driver.released and driver.control is not None and not result.status.ended:
+            # A pause or cancel arrived with the commit that suspended the run.
+            return await self._settle_control(run_id)
+        return result
+
+    async def _continue(
+        self,
+        driver: Driver,
+        record: RunRecord,
+        history: list[Message] | None,
+        control_only: bool,
+        resolution: tuple[str, str, Any, str | None] | None,
+    ) -> RunResult:
+        """The part of `_drive` that runs under the lease."""
+        if resolution is not None:
+            _check_resolvable(record, resolution[0])  # a racing resolver may have settled it
+        status = RunStatus(record.status)
+        if status.ended:
+            return _result(record)
+        calls = driver.state.calls
+        if status in (RunStatus.AWAITING_APPROVAL, RunStatus.PAUSED) and any(
+            c.get("approval_id") and c.get("decision") is None for c in calls
+        ):
+            decided = {
+                row.approval_id: row
+                for row in await self.store.approvals(record.run_id)
+                if row.status != "pending"
+            }
+            driver.apply_decisions(decided)
+        if resolution is not None:
+            key, how, value, by = resolution
+            driver.resolve(key, how, value=value, by=by)
+            if status is RunStatus.PAUSED and driver.control != "cancel":
+                return await driver.checkpoint(RunStatus.PAUSED)
+            await driver.checkpoint(RunStatus.RUNNING)
+        elif driver.control is None:
+            if control_only:
+                return _result(record)
+            if status is RunStatus.AWAITING_APPROVAL and any(
+                c.get("verdict") == "approve" and c.get("decision") is None for c in calls
+            ):
+                return _result(record)
+            if status is RunStatus.AWAITING_RESOLUTION and any(
+                c.get("status") == "uncertain" for c in calls
+            ):
+                return _result(record)
+        if driver.control is not None:
+            return await driver.stop()
+        if history is None:
+            history = await self._history(record)
+        return await driver.drive(history)
 
     async def _history(self, record: RunRecord) -> list[Message]:
         """The messages of the session's earlier completed runs."""
@@ -449,6 +658,50 @@ class Harness:
             if earlier.status == RunStatus.COMPLETED.value:
                 history.extend(earlier.state.get("messages") or [])
         return history
+
+
+def _check_resolvable(record: RunRecord, key: str) -> None:
+    """Raise unless `key` names an uncertain call of a run that waits for its resolution."""
+    run_id = record.run_id
+    state = record.state
+    call = next((c for c in state.get("calls") or () if c.get("key") == key), None)
+    if call is None:
+        if key in _past_keys(record):
+            raise ResolutionError(
+                f"tool call {key} of run {run_id} already has its outcome (the run moved past it); "
+                "only a call whose outcome a crash left uncertain can be resolved"
+            )
+        raise UnknownExecutionKey(run_id, key)
+    name = call.get("name")
+    if call.get("status") != "uncertain":
+        done = call.get("resolution")
+        if done:
+            who = done.get("by") or "an operator"
+            raise ResolutionError(
+                f"tool call {key} ({name}) of run {run_id} was already resolved: "
+                f"{done.get('how')} by {who}"
+            )
+        raise ResolutionError(
+            f"tool call {key} ({name}) of run {run_id} is {call.get('status')}, not uncertain; "
+            "only a call whose outcome a crash left uncertain can be resolved"
+        )
+    if record.status not in (RunStatus.AWAITING_RESOLUTION.value, RunStatus.PAUSED.value):
+        raise ResolutionError(
+            f"run {run_id} is {record.status}, not awaiting resolution; tool call {key} "
+            f"({name}) can no longer be resolved"
+        )
+
+
+def _past_keys(record: RunRecord) -> set[str]:
+    """The execution keys of the calls of the run's earlier model steps."""
+    keys: set[str] = set()
+    step = 0
+    for message in record.state.get("messages") or ():
+        if message.get("role") == "assistant":
+            step += 1
+            for index in range(len(message.get("tool_calls") or ())):
+                keys.add(execution_key(record.run_id, step, index))
+    return keys
 
 
 def _result(record: RunRecord, answered: frozenset[str] = frozenset()) -> RunResult:

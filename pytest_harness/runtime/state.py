@@ -2,8 +2,11 @@
 
 The state is plain JSON: the run's messages, the model turns taken, what it spent, the active
 time used against its deadline, its trace, and the tool calls of the current model answer with
-how far each got (`planned` → `dispatched` → `done`). `result_from_state` turns it into the
-`RunResult` callers see.
+how far each got: `planned` → `dispatched` (intent committed, the tool may be running) →
+`done` (outcome committed). A `dispatched` call found by a worker that resumes an interrupted
+run becomes `uncertain` when its tool's replay policy is `manual`; `Harness.resolve` settles it
+(`done`) or sends it back to be invoked again (`retry`). `result_from_state` turns the state
+into the `RunResult` callers see.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ class RunState:
     """Active seconds spent, counted against the deadline; waiting for a person is not."""
     trace: list[dict[str, Any]] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
-    """Tool calls of the current model answer: id, name, args, key, verdict, status, outcome…"""
+    """Tool calls of the current model answer: id, name, args, key, verdict, status, attempt,
+    outcome, and `resolution` (`{how, by}`) once `Harness.resolve` settled one."""
     output: str | None = None
     error: dict[str, str] | None = None
     limit: str | None = None

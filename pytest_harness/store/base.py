@@ -16,6 +16,9 @@ Rules every store follows, so that the runtime cannot tell them apart:
   events of one run are read in cursor order, with no gaps or repeats after a cursor.
 - The fencing token of a new run is 0 with no owner; `acquire_lease` increments it, and
   `commit` is accepted when the token equals the run's current one.
+- A run's `control` is a pending request to `pause` or `cancel` it, written by
+  `request_control` from any process and read back by every `commit` (free: the write returns
+  it), so the worker driving the run sees it at its next boundary without another round trip.
 - Times are `time.time()` of the writing process.
 
 Stores: `memory` (`store/memory.py`) and `sqlite` (`store/sqlite.py`); both pass the contract
@@ -27,13 +30,14 @@ cursors and messages.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pytest_harness.errors import ResolutionError, StoreError
 
 __all__ = [
+    "CONTROLS",
     "ApprovalDecision",
     "ApprovalRow",
     "Event",
@@ -43,6 +47,7 @@ __all__ = [
     "RunRecord",
     "Store",
     "already_answered",
+    "check_control",
     "check_decision",
     "encode_json",
     "parse_cursor",
@@ -50,6 +55,9 @@ __all__ = [
 ]
 
 ApprovalDecision = Literal["approve", "decline"]
+Control = Literal["pause", "cancel"]
+CONTROLS: tuple[Control, ...] = ("pause", "cancel")
+"""The control requests a run can carry; a pending `cancel` is never replaced by a `pause`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +162,16 @@ class RunRecord:
     lease_owner: str | None = None
     lease_token: int = 0
     lease_expires: float | None = None
+    control: str | None = None
+    """A pending `pause` or `cancel` request that no commit has acted on yet."""
+
+    def lease_live(self, now: float) -> bool:
+        """Whether a worker holds the run's lease at `now` (its owner is set and not expired)."""
+        return (
+            self.lease_owner is not None
+            and self.lease_expires is not None
+            and self.lease_expires > now
+        )
 
 
 @runtime_checkable
@@ -212,8 +230,14 @@ class Store(Protocol):
         approvals: Sequence[NewApproval] = (),
         lease_ttl: float | None = None,
         release: bool = False,
-    ) -> None:
+        clear_control: str | None = None,
+    ) -> str | None:
         """Write one boundary atomically: status, state, events and new approval requests.
+
+        Return the run's pending control request (`pause`, `cancel` or None) as of this write,
+        so the driver learns of one at its next boundary at no extra cost. With
+        `clear_control`, the commit acts on that request: it is cleared in the same write,
+        unless another one replaced it meanwhile (that one is kept and returned).
 
         Rejected with `StoreError` (nothing written) when `token` is not the run's current
         fencing token ([`stale_token`][]), `UnknownRun` when there is no such run. With
@@ -221,6 +245,19 @@ class Store(Protocol):
         write (a run nobody holds stays unheld); with `release`, the lease is given up in the
         same write (the last commit of a drive). An `approval_id` that already exists is a
         `StoreError`.
+        """
+        ...
+
+    async def request_control(
+        self, run_id: str, control: str, *, statuses: Collection[str]
+    ) -> RunRecord:
+        """Ask whoever drives the run to `pause` or `cancel` it at its next boundary.
+
+        One atomic write, taken only when the run's status is one of `statuses`; a pending
+        `cancel` is never replaced by a `pause`. Needs no lease: it writes only the request,
+        which the lease holder's next `commit` returns. Return the run as stored after the
+        write (whether or not it changed); `UnknownRun` when there is no such run,
+        `ValueError` for a control other than `pause` or `cancel` ([`check_control`][]).
         """
 
     async def decide_approval(
@@ -343,6 +380,13 @@ def already_answered(
     return ResolutionError(
         f"approval {approval_id} of run {run_id} was already answered: {status} by {approver}"
     )
+
+
+def check_control(control: str) -> str:
+    """Return `control` when it is `pause` or `cancel`, else raise `ValueError`."""
+    if control not in CONTROLS:
+        raise ValueError(f"control must be 'pause' or 'cancel', got {control!r}")
+    return control
 
 
 def check_decision(decision: str) -> str:

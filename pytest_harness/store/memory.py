@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ from pytest_harness.store.base import (
     NewRun,
     RunRecord,
     already_answered,
+    check_control,
     check_decision,
     encode_json,
     parse_cursor,
@@ -51,6 +52,7 @@ class _Run:
 
     __slots__ = (
         "approvals",
+        "control",
         "created_at",
         "events",
         "idempotency_key",
@@ -89,6 +91,7 @@ class _Run:
         self.lease_owner: str | None = None
         self.lease_token = 0
         self.lease_expires: float | None = None
+        self.control: str | None = None
         self.events: list[_StoredEvent] = []
         self.approvals: list[_Approval] = []
 
@@ -109,6 +112,7 @@ class _Run:
             lease_owner=self.lease_owner,
             lease_token=self.lease_token,
             lease_expires=self.lease_expires,
+            control=self.control,
         )
 
 
@@ -285,8 +289,12 @@ class MemoryStore:
         approvals: Sequence[NewApproval] = (),
         lease_ttl: float | None = None,
         release: bool = False,
-    ) -> None:
-        """Write status, state, events and approval requests at once, fenced by `token`."""
+        clear_control: str | None = None,
+    ) -> str | None:
+        """Write status, state, events and approval requests at once, fenced by `token`.
+
+        Return the pending control request as of the write (cleared when it is `clear_control`).
+        """
         run = self._run(run_id)
         if run.lease_token != token:
             raise stale_token(run_id, token, run.lease_token, run.lease_owner)
@@ -323,6 +331,20 @@ class MemoryStore:
         for approval in new_approvals:
             self._approvals[approval.new.approval_id] = approval
             run.approvals.append(approval)
+        if clear_control is not None and run.control == clear_control:
+            run.control = None
+        return run.control
+
+    async def request_control(
+        self, run_id: str, control: str, *, statuses: Collection[str]
+    ) -> RunRecord:
+        """Ask the run's driver to pause or cancel it (a pending cancel is kept)."""
+        check_control(control)
+        run = self._run(run_id)
+        if run.status in statuses and run.control != "cancel":
+            run.control = control
+            run.updated_at = time.time()
+        return run.record()
 
     # -- approvals --------------------------------------------------------------------------
 

@@ -8,11 +8,13 @@ Each call is one round trip to aiosqlite's worker thread (that hop, not SQLite, 
 call's cost), and every write the runtime makes is a single SQL statement, atomic together
 with its triggers:
 
-- `commit` is one fenced `UPDATE runs … WHERE run_id = ? AND lease_token = ?`. The events and
-  approval requests of the boundary travel in the `pending_events` and `pending_approvals`
-  columns as JSON arrays; an `AFTER UPDATE` trigger moves their items into the `events` and
-  `approvals` tables (`json_each`) and clears the columns. A stale token updates no row, so
-  the trigger never fires and nothing is written.
+- `commit` is one fenced `UPDATE runs … WHERE run_id = ? AND lease_token = ? RETURNING
+  control`. The events and approval requests of the boundary travel in the `pending_events`
+  and `pending_approvals` columns as JSON arrays; an `AFTER UPDATE` trigger moves their items
+  into the `events` and `approvals` tables (`json_each`) and clears the columns. A stale token
+  updates no row, so the trigger never fires and nothing is written. The `RETURNING` clause
+  hands the driver any pending pause or cancel request in the same round trip.
+- `request_control` is one `UPDATE runs SET control = …` guarded by the run's status.
 - `create_run` is one `INSERT … ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING`,
   with an `AFTER INSERT` trigger for its first events.
 - `decide_approval` is one compare-and-set `UPDATE approvals … WHERE status = 'pending'`, and
@@ -40,7 +42,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -56,6 +58,7 @@ from pytest_harness.store.base import (
     NewRun,
     RunRecord,
     already_answered,
+    check_control,
     check_decision,
     encode_json,
     parse_cursor,
@@ -185,6 +188,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         END
         """,
     ),
+    # version 2: a pending pause or cancel request, written by any process, read by commits
+    ("ALTER TABLE runs ADD COLUMN control TEXT",),
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -192,7 +197,7 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 
 _RUN = (
     "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
-    "state, created_at, updated_at, lease_owner, lease_token, lease_expires"
+    "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control"
 )
 _APPROVAL = (
     "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
@@ -210,8 +215,14 @@ _COMMIT = (
     "UPDATE runs SET status = ?1, state = ?2, updated_at = ?3, pending_events = ?4, "
     "pending_approvals = ?5, lease_expires = CASE WHEN ?9 THEN NULL "
     "WHEN ?6 IS NULL OR lease_owner IS NULL THEN lease_expires ELSE ?6 END, "
-    "lease_owner = CASE WHEN ?9 THEN NULL ELSE lease_owner END "
-    "WHERE run_id = ?7 AND lease_token = ?8 RETURNING 1"
+    "lease_owner = CASE WHEN ?9 THEN NULL ELSE lease_owner END, "
+    "control = CASE WHEN control = ?10 THEN NULL ELSE control END "
+    "WHERE run_id = ?7 AND lease_token = ?8 RETURNING control"
+)
+_CONTROL = (
+    "UPDATE runs SET control = CASE WHEN control = 'cancel' THEN 'cancel' ELSE ?1 END, "
+    "updated_at = ?2 "
+    f"WHERE run_id = ?3 AND status IN (SELECT value FROM json_each(?4)) RETURNING {_RUN}"
 )
 _ACQUIRE = (
     "UPDATE runs SET lease_token = lease_token + 1, lease_owner = ?1, lease_expires = ?2 "
@@ -255,6 +266,7 @@ def _record(row: _Row) -> RunRecord:
         lease_owner=row[12],
         lease_token=row[13],
         lease_expires=row[14],
+        control=row[15],
     )
 
 
@@ -667,8 +679,12 @@ class SQLiteStore:
         approvals: Sequence[NewApproval] = (),
         lease_ttl: float | None = None,
         release: bool = False,
-    ) -> None:
-        """Write status, state, events and approval requests in one fenced statement."""
+        clear_control: str | None = None,
+    ) -> str | None:
+        """Write status, state, events and approval requests in one fenced statement.
+
+        Return the pending control request as of the write (cleared when it is `clear_control`).
+        """
         state_json = encode_json(state, f"the state of run {run_id}")
         events_json = (
             encode_json(
@@ -710,6 +726,7 @@ class SQLiteStore:
             run_id,
             token,
             release,
+            clear_control,
         )
         try:
             written = await self._q(f"commit run {run_id}", _COMMIT, params, write=True)
@@ -719,6 +736,24 @@ class SQLiteStore:
             raise
         if not written:
             await self._raise_stale(run_id, token)
+        control: str | None = written[0][0]
+        return control
+
+    async def request_control(
+        self, run_id: str, control: str, *, statuses: Collection[str]
+    ) -> RunRecord:
+        """Ask the run's driver to pause or cancel it (a pending cancel is kept)."""
+        check_control(control)
+        wanted = encode_json([_text(s) for s in statuses], "run statuses")
+        rows = await self._q(
+            f"request {control} of run {run_id}",
+            _CONTROL,
+            (control, time.time(), run_id, wanted),
+            write=True,
+        )
+        if rows:
+            return _record(rows[0])
+        return await self.get_run(run_id)
 
     async def _raise_taken(self, run_id: str, approval_ids: list[str]) -> None:
         """Name the approval id that made a commit fail, if one is already taken."""

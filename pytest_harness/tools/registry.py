@@ -41,17 +41,29 @@ __all__ = [
 ]
 
 OutcomeKind = Literal[
-    "ok", "invalid_arguments", "error", "timeout", "deadline", "denied", "declined", "unknown"
+    "ok",
+    "invalid_arguments",
+    "error",
+    "timeout",
+    "deadline",
+    "denied",
+    "declined",
+    "unknown",
+    "resolved",
+    "aborted",
 ]
 """How a tool call ended.
 
 `Tool.invoke` gives `ok`, `invalid_arguments` (the model's arguments did not validate), `error`
 (the tool raised), `timeout` (its own timeout fired) or `deadline` (the run's deadline fired).
 The run loop settles calls it never invokes as `denied` (a rule), `declined` (an approver) or
-`unknown` (no such tool), in the same stored form.
+`unknown` (no such tool), in the same stored form. A call whose outcome a crash made uncertain
+is settled by `Harness.resolve` as `resolved` (a result someone supplied; `ok` is true) or
+`aborted`.
 """
 
 _KINDS: frozenset[str] = frozenset(get_args(OutcomeKind))
+_OK_KINDS = frozenset({"ok", "resolved"})
 _ARGUMENTS_CONFIG = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 """Lax validation for LLM JSON (`"250"` → 250, `1001` → `"1001"`); unknown arguments are errors."""
 _MAX_SHOWN = 80
@@ -98,7 +110,7 @@ class ToolOutcome:
 
     @classmethod
     def success(cls, result: Any) -> ToolOutcome:
-        """Build the outcome of a call that returned `result` (or of a resolved call)."""
+        """Build the outcome of a call that returned `result`."""
         if isinstance(result, str):
             return cls(ok=True, kind="ok", value=result, text=result)
         try:
@@ -107,6 +119,12 @@ class ToolOutcome:
         except Exception:  # circular references and other unserialisable shapes
             value = text = repr(result)
         return cls(ok=True, kind="ok", value=value, text=text)
+
+    @classmethod
+    def resolved(cls, result: Any) -> ToolOutcome:
+        """Build the outcome of an uncertain call settled with `result` by `Harness.resolve`."""
+        outcome = cls.success(result)
+        return cls(ok=True, kind="resolved", value=outcome.value, text=outcome.text)
 
     @classmethod
     def failure(cls, kind: OutcomeKind, text: str, *, type: str, message: str) -> ToolOutcome:
@@ -134,8 +152,8 @@ class ToolOutcome:
             raise ValueError(
                 f"tool outcome has kind {kind!r}; expected one of {', '.join(sorted(_KINDS))}"
             )
-        ok = data.get("ok", kind == "ok")
-        if ok is not (kind == "ok"):
+        ok = data.get("ok", kind in _OK_KINDS)
+        if ok is not (kind in _OK_KINDS):
             raise ValueError(f"tool outcome of kind {kind!r} cannot have ok={ok!r}")
         text = data.get("text")
         if not isinstance(text, str):

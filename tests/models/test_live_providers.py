@@ -39,7 +39,7 @@ from pytest_harness.models.http import BACKOFF_CAP, HttpProvider, backoff_delay,
 from pytest_harness.models.openai import OpenAIProvider
 from pytest_harness.models.wire import iter_sse, parse_arguments
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.harness(allow_live=True)]
 
 KEY = f"sk-test-{uuid.uuid4().hex}"
 KEY_ENV = "PH_TEST_MODEL_KEY"

@@ -789,6 +789,102 @@ async def test_expired_runs(store: Store) -> None:
     ]
 
 
+# -- control requests (pause, cancel) --------------------------------------------------------
+
+ACTIVE = ("running", "awaiting_approval", "awaiting_resolution")
+
+
+async def test_a_new_run_has_no_control_request(store: Store) -> None:
+    record, _ = await store.create_run(new_run(lease_owner="w1", lease_ttl=30))
+    assert record.control is None
+    assert (await store.get_run(record.run_id)).control is None
+    assert await store.commit(record.run_id, 1, status="running", state={}) is None
+
+
+async def test_request_control_is_returned_by_the_next_commit(store: Store) -> None:
+    record, _ = await store.create_run(new_run(lease_owner="w1", lease_ttl=30))
+    # No lease is needed: the request is all it writes.
+    got = await store.request_control(record.run_id, "pause", statuses=ACTIVE)
+    assert (got.control, got.status, got.lease_owner, got.lease_token) == (
+        "pause",
+        "running",
+        "w1",
+        1,
+    )
+    assert (await store.get_run(record.run_id)).control == "pause"
+    assert await store.commit(record.run_id, 1, status="running", state={"n": 1}) == "pause"
+    # Still pending until a commit acts on it.
+    assert await store.commit(record.run_id, 1, status="running", state={"n": 2}) == "pause"
+    assert (
+        await store.commit(
+            record.run_id, 1, status="paused", state={"n": 3}, release=True, clear_control="pause"
+        )
+        is None
+    )
+    got = await store.get_run(record.run_id)
+    assert (got.status, got.control, got.state) == ("paused", None, {"n": 3})
+
+
+async def test_a_cancel_is_never_replaced_by_a_pause(store: Store) -> None:
+    record, _ = await store.create_run(new_run())
+    assert (await store.request_control(record.run_id, "cancel", statuses=ACTIVE)).control == (
+        "cancel"
+    )
+    assert (await store.request_control(record.run_id, "pause", statuses=ACTIVE)).control == (
+        "cancel"
+    )
+    assert (await store.get_run(record.run_id)).control == "cancel"
+
+
+async def test_a_pause_is_replaced_by_a_cancel(store: Store) -> None:
+    record, _ = await store.create_run(new_run())
+    await store.request_control(record.run_id, "pause", statuses=ACTIVE)
+    got = await store.request_control(record.run_id, "cancel", statuses=ACTIVE)
+    assert got.control == "cancel"
+
+
+async def test_clearing_keeps_a_request_that_replaced_the_one_acted_on(store: Store) -> None:
+    record, _ = await store.create_run(new_run(lease_owner="w1", lease_ttl=30))
+    await store.request_control(record.run_id, "pause", statuses=ACTIVE)
+    assert await store.commit(record.run_id, 1, status="running", state={}) == "pause"
+    await store.request_control(record.run_id, "cancel", statuses=ACTIVE)  # meanwhile
+    kept = await store.commit(
+        record.run_id, 1, status="paused", state={}, release=True, clear_control="pause"
+    )
+    assert kept == "cancel"
+    assert (await store.get_run(record.run_id)).control == "cancel"
+
+
+async def test_request_control_only_in_the_given_statuses(store: Store) -> None:
+    record, _ = await store.create_run(new_run())
+    await store.commit(record.run_id, 0, status="completed", state={"done": True})
+    got = await store.request_control(record.run_id, "cancel", statuses=ACTIVE)
+    assert (got.status, got.control, got.state) == ("completed", None, {"done": True})
+    paused, _ = await store.create_run(new_run())
+    await store.commit(paused.run_id, 0, status="paused", state={})
+    assert (await store.request_control(paused.run_id, "pause", statuses=ACTIVE)).control is None
+    got = await store.request_control(paused.run_id, "cancel", statuses=(*ACTIVE, "paused"))
+    assert got.control == "cancel"
+
+
+async def test_a_stale_commit_does_not_clear_or_return_the_request(store: Store) -> None:
+    record, _ = await store.create_run(new_run(lease_owner="w1", lease_ttl=30))
+    await store.request_control(record.run_id, "pause", statuses=ACTIVE)
+    await store.acquire_lease(record.run_id, "w1", 30)  # token 2
+    with pytest.raises(StoreError, match="stale fencing token"):
+        await store.commit(record.run_id, 1, status="paused", state={}, clear_control="pause")
+    assert (await store.get_run(record.run_id)).control == "pause"
+
+
+async def test_request_control_errors(store: Store) -> None:
+    with pytest.raises(UnknownRun):
+        await store.request_control("run_nope", "pause", statuses=ACTIVE)
+    record, _ = await store.create_run(new_run())
+    with pytest.raises(ValueError, match="'pause' or 'cancel', got 'stop'"):
+        await store.request_control(record.run_id, "stop", statuses=ACTIVE)
+    assert (await store.get_run(record.run_id)).control is None
+
+
 # -- lifecycle --------------------------------------------------------------------------------
 
 

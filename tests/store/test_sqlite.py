@@ -205,6 +205,27 @@ async def test_schema_version_is_recorded(store: SQLiteStore) -> None:
     assert versions == list(range(1, SCHEMA_VERSION + 1))
 
 
+async def test_a_version_1_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    record, _ = await store.create_run(new_run())
+    await store.close()
+    with raw(path) as conn:  # what version 1 wrote: no control column
+        conn.execute("ALTER TABLE runs DROP COLUMN control")
+        conn.execute("DELETE FROM schema_version WHERE version > 1")
+    migrated = SQLiteStore(path)
+    try:
+        got = await migrated.get_run(record.run_id)
+        assert (got.state, got.control) == ({"steps": 0}, None)
+        paused = await migrated.request_control(record.run_id, "pause", statuses=("running",))
+        assert paused.control == "pause"
+    finally:
+        await migrated.close()
+    with raw(path) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM schema_version")]
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+
+
 async def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     store = SQLiteStore(path)

@@ -1,0 +1,331 @@
+"""What the `harness`, `aharness`, `harness_factory` and `scripted` fixtures share in one test.
+
+Each test gets a `TestRuns`: it loads harnesses (from the marker, the command line or the ini,
+in that order of precedence), each with a fresh store, applies the test's scripts to them, and at
+teardown closes them and writes the test's runs as golden files when `--record-recordings` asks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_harness.errors import HarnessError, LiveModelBlocked, SpecError
+from pytest_harness.models.live import live_models_allowed
+from pytest_harness.plugin.golden import golden_key, golden_name, write_golden
+from pytest_harness.plugin.settings import DEFAULT_ENV, RECORDINGS_PROPERTY, RecordMode, Settings
+
+if TYPE_CHECKING:
+    from pytest_harness.models.base import ModelProvider, ModelRequest, ModelResponse
+    from pytest_harness.models.scripted import Script
+    from pytest_harness.recording.model import Recording
+    from pytest_harness.runtime.harness import Harness
+    from pytest_harness.store.base import Store
+    from pytest_harness.testing import SyncHarness
+
+__all__ = ["MARKER_KEYS", "TaskScripts", "TestRuns", "load_harness", "marker_options"]
+
+MARKER_KEYS = ("spec", "env", "store", "allow_live")
+"""What `@pytest.mark.harness(...)` accepts."""
+
+Turns = Sequence[Mapping[str, Any]] | Mapping[str, Any]
+
+
+def marker_options(node: pytest.Item) -> dict[str, Any]:
+    """The `harness` marker's keywords for `node`, the closest marker winning per keyword."""
+    found: dict[str, Any] = {}
+    for marker in node.iter_markers("harness"):
+        if marker.args:
+            pytest.fail(
+                f"{node.nodeid}: @pytest.mark.harness takes keywords only "
+                f"({', '.join(MARKER_KEYS)}), got positional {marker.args!r}",
+                pytrace=False,
+            )
+        unknown = sorted(set(marker.kwargs) - set(MARKER_KEYS))
+        if unknown:
+            pytest.fail(
+                f"{node.nodeid}: @pytest.mark.harness got unknown keyword "
+                f"{', '.join(map(repr, unknown))}; it accepts {', '.join(MARKER_KEYS)}",
+                pytrace=False,
+            )
+        for key, value in marker.kwargs.items():
+            found.setdefault(key, value)
+    return found
+
+
+def load_harness(
+    spec: Path, env: str, *, store: Store | str | None = None, record: bool | None = None
+) -> Harness:
+    """`ph.load(...)`, where the default `offline` environment applies only if the spec has one."""
+    from pytest_harness.runtime.harness import load
+
+    try:
+        return load(spec, env=env, store=store, record=record)
+    except SpecError as exc:
+        if env == DEFAULT_ENV and exc.key == "environments" and "unknown environment" in exc.reason:
+            return load(spec, env="", store=store, record=record)
+        raise
+
+
+class TaskScripts:
+    """A model's provider whose turns come from `scripted(task, turns)` for some of its tasks.
+
+    Runs of other tasks go to the model's previous provider, still blocked when it is live and
+    live calls are not allowed.
+    """
+
+    name = "scripted"
+    live = False
+
+    def __init__(self, original: ModelProvider, model: str) -> None:
+        self.original = original
+        self.model = model
+        self.tasks: dict[str, ModelProvider] = {}
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer from the task's script, or from the previous provider."""
+        scripted = self.tasks.get(request.task)
+        if scripted is not None:
+            return await scripted.complete(request)
+        if self.original.live and not live_models_allowed():
+            raise LiveModelBlocked(self.original.name, self.model)
+        return await self.original.complete(request)
+
+    def retry_delay(self, attempt: int, error: Any = None) -> float:
+        """Scripted errors are retried at once."""
+        return 0.0
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    """One harness a test made, in the order made."""
+
+    harness: Harness
+    facade: SyncHarness | None
+    record: bool
+    routers: dict[str, TaskScripts] = field(default_factory=dict)
+    runs: list[Recording | None] | None = None
+    """The recordings of its runs, in start order, once collected at teardown (None: unrecorded)."""
+
+
+class TestRuns:
+    """The harnesses one test made through the fixtures, its scripts, and its golden runs."""
+
+    __test__ = False
+
+    def __init__(self, node: pytest.Item, settings: Settings, tmp: pytest.TempPathFactory) -> None:
+        self.node = node
+        self.settings = settings
+        self.marker = marker_options(node)
+        self.failed = False
+        """Set when the test's setup or call failed or skipped: its golden files are kept."""
+        self._tmp = tmp
+        self._entries: list[_Entry] = []
+        self._scripts: list[tuple[str, Script, bool]] = []
+
+    # -- making harnesses ------------------------------------------------------------------
+
+    def resolve(
+        self, spec: str | os.PathLike[str] | None = None, env: str | None = None
+    ) -> tuple[Path, str]:
+        """The spec path and environment of a harness: arguments > marker > command line > ini.
+
+        A relative spec path given to the marker or the factory resolves against the test
+        file's folder.
+        """
+        spec = spec if spec is not None else self.marker.get("spec")
+        env = env if env is not None else self.marker.get("env")
+        if spec is None:
+            path = self.settings.spec
+        else:
+            path = Path(os.fspath(spec))
+            if not path.is_absolute():
+                path = self.node.path.parent / path
+        return path, self.settings.env if env is None else str(env)
+
+    def load(
+        self,
+        *,
+        spec: str | os.PathLike[str] | None = None,
+        env: str | None = None,
+        store: Store | str | None = None,
+        record: bool | None = None,
+    ) -> Harness:
+        """Load a harness for this test (a fresh memory store unless told otherwise)."""
+        path, env_name = self.resolve(spec, env)
+        chosen = store if store is not None else self.marker.get("store", "memory")
+        if record is None and self.settings.record is not RecordMode.NONE:
+            record = True
+        try:
+            harness = load_harness(path, env_name, store=self._fresh_store(chosen), record=record)
+        except HarnessError as exc:
+            problem = f"pytest-harness: cannot load {self.settings.show(path)}: {exc}"
+        else:
+            return self._add(harness)
+        pytest.fail(problem, pytrace=False)
+
+    def _add(self, harness: Harness) -> Harness:
+        entry = _Entry(harness=harness, facade=None, record=harness.record)
+        for name, script, _ in self._scripts:
+            self._apply(entry, name, script)
+        self._check_scripts_apply(entry)
+        self._entries.append(entry)
+        return harness
+
+    def sync(
+        self,
+        *,
+        spec: str | os.PathLike[str] | None = None,
+        env: str | None = None,
+        store: Store | str | None = None,
+        record: bool | None = None,
+    ) -> SyncHarness:
+        """A blocking facade over a new harness for this test (closed at teardown)."""
+        from pytest_harness.testing import SyncHarness
+
+        harness = self.load(spec=spec, env=env, store=store, record=record)
+        facade = SyncHarness(harness)
+        self._entries[-1].facade = facade
+        return facade
+
+    def _fresh_store(self, store: Store | str) -> Store | str:
+        """`"sqlite"` means a new database file in the test's temporary folder."""
+        if store != "sqlite":
+            return store
+        from pytest_harness.store.sqlite import SQLiteStore
+
+        folder = self._tmp.mktemp("harness-sqlite", numbered=True)
+        return SQLiteStore(folder / "state.db")
+
+    # -- scripts ---------------------------------------------------------------------------
+
+    def script(self, task_or_model: str, turns: Turns) -> None:
+        """Answer the next runs of `task_or_model` (a task, else a model) with `turns`."""
+        from pytest_harness.models.scripted import parse_script
+
+        data: Any = dict(turns) if isinstance(turns, Mapping) else [dict(t) for t in turns]
+        script = parse_script(data)
+        applied = [self._apply(entry, task_or_model, script) for entry in self._entries]
+        if self._entries and not any(applied):
+            raise ValueError(self._unknown_name(task_or_model, self._entries[0].harness))
+        self._scripts.append((task_or_model, script, any(applied)))
+
+    def _apply(self, entry: _Entry, name: str, script: Script) -> bool:
+        from pytest_harness.models.scripted import ScriptedProvider
+
+        document = entry.harness.spec.document
+        plans = entry.harness.plans
+        if name in document.tasks:
+            model = document.tasks[name].model
+            router = entry.routers.get(model)
+            if router is None:
+                router = TaskScripts(plans.provider(model), model)
+                entry.routers[model] = router
+                plans.replace_provider(model, router)
+            router.tasks[name] = ScriptedProvider(script, model_name=model)
+            return True
+        if name in document.models:
+            provider = ScriptedProvider(script, model_name=name)
+            if name in entry.routers:
+                entry.routers[name].original = provider
+            else:
+                plans.replace_provider(name, provider)
+            return True
+        return False
+
+    def _check_scripts_apply(self, entry: _Entry) -> None:
+        """A script that fits no harness of the test so far must fit this one."""
+        document = entry.harness.spec.document
+        for i, (name, script, applied) in enumerate(self._scripts):
+            fits = name in document.tasks or name in document.models
+            if not fits and not applied:
+                raise ValueError(self._unknown_name(name, entry.harness))
+            self._scripts[i] = (name, script, applied or fits)
+
+    def _unknown_name(self, name: str, harness: Harness) -> str:
+        document = harness.spec.document
+        return (
+            f"scripted({name!r}, ...): {self.settings.show(harness.spec.path)} has no task or "
+            f"model of that name (tasks: {', '.join(document.tasks) or 'none'}; "
+            f"models: {', '.join(document.models) or 'none'})"
+        )
+
+    # -- teardown --------------------------------------------------------------------------
+
+    @property
+    def _counting(self) -> bool:
+        return self.settings.tracks_goldens
+
+    def _writing(self, entry: _Entry) -> bool:
+        """Whether this harness's runs become golden files (else they are only counted)."""
+        return entry.record and self.settings.record is not RecordMode.NONE
+
+    async def close_async(self, harness: Harness) -> None:
+        """Collect an async harness's runs (when golden runs are tracked), then close it."""
+        try:
+            entry = next(e for e in self._entries if e.harness is harness)
+            if self._counting and not self.failed:
+                entry.runs = await _recordings(harness, recorded=self._writing(entry))
+        finally:
+            await harness.aclose()
+
+    def finish(self) -> None:
+        """Close the test's facades and write its golden runs (reported to the controller)."""
+        try:
+            for entry in self._entries:
+                facade = entry.facade
+                if facade is None:
+                    continue
+                try:
+                    if self._counting and not self.failed:
+                        facade.wait_for_runs()
+                        runs = _recordings(entry.harness, recorded=self._writing(entry))
+                        entry.runs = facade.wait(runs)
+                finally:
+                    facade.close()
+        finally:
+            if self._counting and self._entries:
+                self._write_goldens()
+
+    def _write_goldens(self) -> None:
+        settings = self.settings
+        folder, base = golden_key(self.node.nodeid)
+        files: dict[str, str] = {}
+        count = 0
+        if not self.failed:
+            runs = [run for entry in self._entries for run in entry.runs or ()]
+            count = len(runs)
+            for n, recording in enumerate(runs, 1):
+                path = settings.recordings / folder / golden_name(base, n)
+                if recording is None or settings.record is RecordMode.NONE:
+                    continue
+                files[settings.show(path)] = write_golden(recording, path, settings.record)
+        data = {"folder": folder, "base": base, "runs": count, "failed": self.failed}
+        data["files"] = files
+        import json
+
+        self.node.user_properties.append((RECORDINGS_PROPERTY, json.dumps(data)))
+
+
+async def _recordings(harness: Harness, *, recorded: bool) -> list[Recording | None]:
+    """The recordings of a harness's runs, in the order they were started.
+
+    A run still running is left out; with `recorded` false only the count matters (None each).
+    """
+    from pytest_harness.recording.model import Recording
+
+    summaries = list(reversed(await harness.runs(limit=1_000_000)))
+    out: list[Recording | None] = []
+    for summary in summaries:
+        if summary.status.value == "running":
+            continue
+        if not recorded:
+            out.append(None)
+            continue
+        out.append(Recording.from_run(await harness.store.get_run(summary.run_id)))
+    return out

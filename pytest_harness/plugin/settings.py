@@ -1,0 +1,178 @@
+"""The pytest plugin's settings: its options and ini values, resolved once per session.
+
+Precedence, highest first: a test's `@pytest.mark.harness(...)` marker, the command line, the
+ini file, the defaults. Paths from the ini file are relative to the ini file's folder; paths from
+the command line are relative to the directory pytest was started in. This module is imported
+when the plugin loads, so it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_harness.plugin.fixtures import TestRuns
+    from pytest_harness.plugin.items import ReplaySession
+
+__all__ = [
+    "DEFAULT_ENV",
+    "FAIL_ON_KINDS",
+    "RECORDINGS_PROPERTY",
+    "REPLAY_PROPERTY",
+    "REPLAY_SESSION",
+    "RUNS",
+    "SETTINGS",
+    "RecordMode",
+    "Settings",
+    "parse_fail_on",
+]
+
+DEFAULT_ENV = "offline"
+"""The environment fixtures and replays use unless told otherwise (when the spec defines it)."""
+
+FAIL_ON_KINDS = ("status", "output", "decisions", "requests")
+"""What `--replay-fail-on` accepts: the kinds of difference a replay report can fail on."""
+DEFAULT_FAIL_ON = frozenset({"status", "output", "decisions"})
+
+
+class RecordMode(str, Enum):
+    """`--record-recordings`: which golden files the runs of a test session write."""
+
+    NONE = "none"
+    """Write nothing (the default)."""
+    NEW = "new"
+    """Write the golden files that do not exist yet."""
+    ALL = "all"
+    """Write every golden file whose content changed."""
+
+
+def parse_fail_on(value: str) -> frozenset[str]:
+    """Parse `status,output,...` for `--replay-fail-on`, naming the valid kinds on a mistake."""
+    kinds = frozenset(part.strip() for part in value.split(",") if part.strip())
+    unknown = sorted(kinds - set(FAIL_ON_KINDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown kind {', '.join(map(repr, unknown))}; "
+            f"choose from {', '.join(FAIL_ON_KINDS)} (comma-separated)"
+        )
+    return kinds
+
+
+class Settings:
+    """Every plugin option of one pytest session, with paths resolved.
+
+    A plain class rather than a dataclass: it is built at every pytest start, where a dataclass's
+    generated methods would cost a millisecond or two.
+    """
+
+    __slots__ = (
+        "allow_live",
+        "env",
+        "fail_on",
+        "prune",
+        "record",
+        "recordings",
+        "replay",
+        "report",
+        "rootpath",
+        "spec",
+        "update",
+    )
+
+    def __init__(
+        self,
+        *,
+        rootpath: Path,
+        spec: Path,
+        env: str,
+        recordings: Path,
+        replay: bool = False,
+        fail_on: frozenset[str] = DEFAULT_FAIL_ON,
+        update: bool = False,
+        record: RecordMode = RecordMode.NONE,
+        prune: bool = False,
+        report: Path | None = None,
+        allow_live: bool = False,
+    ) -> None:
+        self.rootpath = rootpath
+        self.spec = spec
+        self.env = env
+        self.recordings = recordings
+        self.replay = replay
+        self.fail_on = fail_on
+        self.update = update
+        self.record = record
+        self.prune = prune
+        self.report = report
+        self.allow_live = allow_live
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"Settings({fields})"
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        """Read the options and ini values of `config`."""
+        opt = config.option
+        here = config.invocation_params.dir
+        ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
+        spec_opt: str | None = opt.harness_spec
+        env_opt: str | None = opt.harness_env
+        report_opt: str | None = opt.harness_report
+        fail_on: frozenset[str] | None = opt.harness_fail_on
+        spec = _path(spec_opt, here) if spec_opt else _path(config.getini("harness_spec"), ini_dir)
+        return cls(
+            rootpath=config.rootpath,
+            spec=spec,
+            env=env_opt if env_opt is not None else str(config.getini("harness_env")),
+            recordings=_path(config.getini("harness_recordings"), ini_dir),
+            replay=bool(opt.harness_replay or opt.harness_update),
+            fail_on=DEFAULT_FAIL_ON if fail_on is None else fail_on,
+            update=bool(opt.harness_update),
+            record=RecordMode(opt.harness_record),
+            prune=bool(opt.harness_prune),
+            report=_path(report_opt, here) if report_opt else None,
+            allow_live=bool(opt.harness_allow_live),
+        )
+
+    @property
+    def tracks_goldens(self) -> bool:
+        """Whether tests' runs are counted against golden files (recording or pruning)."""
+        return self.record is not RecordMode.NONE or self.prune
+
+    @property
+    def needs_ledger(self) -> bool:
+        """Whether this session has replay items or golden files to summarise."""
+        return self.replay or self.tracks_goldens or self.report is not None
+
+    def show(self, path: str | os.PathLike[str]) -> str:
+        """`path` as messages show it: relative to the rootdir when inside it."""
+        absolute = Path(os.path.abspath(path))
+        try:
+            return absolute.relative_to(self.rootpath).as_posix()
+        except ValueError:
+            return str(absolute)
+
+
+def _path(value: str | os.PathLike[str], base: Path) -> Path:
+    path = Path(os.path.expanduser(os.fspath(value)))
+    return Path(os.path.normpath(path if path.is_absolute() else base / path))
+
+
+SETTINGS = pytest.StashKey[Settings]()
+"""Where `pytest_configure` keeps the session's `Settings` (`config.stash[SETTINGS]`)."""
+RUNS: pytest.StashKey[TestRuns] = pytest.StashKey()
+"""Where the fixtures keep a test's `TestRuns` (`item.stash[RUNS]`)."""
+
+REPLAY_PROPERTY = "harness_replay"
+"""The `report.user_properties` key of a replay item's outcome (JSON)."""
+RECORDINGS_PROPERTY = "harness_recordings"
+"""The `report.user_properties` key of a test's golden runs (JSON)."""
+REPLAY_SESSION: pytest.StashKey[ReplaySession] = pytest.StashKey()
+"""Where replay items keep the process's loaded harnesses and event loop."""

@@ -1,0 +1,305 @@
+"""The pytest plugin: options, fixtures, replay items and summaries (DESIGN §7).
+
+Installed through the `pytest11` entry point `harness`, so `pip install pytest-harness` turns
+it on and `-p no:harness` turns it off. Importing this module is cheap: the spec loader, the run
+loop, YAML, CEL and the stores are imported only when a fixture or a replay item needs them, so
+a pytest session that uses none of it pays nothing measurable.
+
+The wiring only; the work is done in `plugin.items` (replay items), `plugin.fixtures` (what the
+fixtures share in a test), `plugin.golden` (golden file names and writes), `plugin.summary`
+(the summary, unused files, `--replay-report`) and `plugin.render` (how a drifted item reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_harness.plugin.settings import (
+    FAIL_ON_KINDS,
+    RUNS,
+    SETTINGS,
+    RecordMode,
+    Settings,
+    parse_fail_on,
+)
+from pytest_harness.runtime.results import RunResult
+
+if TYPE_CHECKING:
+    from pytest_harness.plugin.fixtures import TestRuns, Turns
+    from pytest_harness.runtime.harness import Harness
+    from pytest_harness.testing import SyncHarness
+
+__all__ = [
+    "aharness",
+    "harness",
+    "harness_factory",
+    "scripted",
+]
+
+RECORDING_SUFFIXES = frozenset({".yaml", ".yml", ".hx"})
+_LIVE_BEFORE = pytest.StashKey["bool | None"]()
+MARKER = (
+    "harness(spec=None, env=None, store=None, allow_live=None): configure this test's "
+    "pytest-harness fixtures (spec path relative to the test file; env name; store 'memory' or "
+    "'sqlite', fresh per test; allow_live=True permits live model calls). The marker wins over "
+    "--harness-spec/--harness-env, which win over the ini values."
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Options and ini values, in one group."""
+    group = parser.getgroup("harness", "pytest-harness: agent runs, golden recordings, replay")
+    group.addoption(
+        "--harness-spec",
+        dest="harness_spec",
+        metavar="PATH",
+        default=None,
+        help="the harness.yaml the fixtures and replays load (overrides the harness_spec ini).",
+    )
+    group.addoption(
+        "--harness-env",
+        dest="harness_env",
+        metavar="NAME",
+        default=None,
+        help="the spec environment to load (overrides the harness_env ini; default offline).",
+    )
+    group.addoption(
+        "--replay-recordings",
+        dest="harness_replay",
+        action="store_true",
+        default=False,
+        help="replay every recording file (.yaml, .hx) under the given paths as a test item; "
+        "with no path, the harness_recordings folder.",
+    )
+    group.addoption(
+        "--replay-fail-on",
+        dest="harness_fail_on",
+        metavar="KINDS",
+        type=parse_fail_on,
+        default=None,
+        help=f"comma-separated differences that fail a replay, of {', '.join(FAIL_ON_KINDS)} "
+        "(default status,output,decisions); a divergence always fails.",
+    )
+    group.addoption(
+        "--update-recordings",
+        dest="harness_update",
+        action="store_true",
+        default=False,
+        help="rewrite the recordings whose replay drifted with the replay's outcome (accept the "
+        "drift) and list them; implies --replay-recordings.",
+    )
+    group.addoption(
+        "--record-recordings",
+        dest="harness_record",
+        choices=[mode.value for mode in RecordMode],
+        default=RecordMode.NONE.value,
+        help="write the runs tests make through the harness fixtures as golden files under "
+        "harness_recordings/<test module>/<test name>[-N].yaml: new = only missing ones, "
+        "all = rewrite changed ones, none = write nothing (default).",
+    )
+    group.addoption(
+        "--prune-recordings",
+        dest="harness_prune",
+        action="store_true",
+        default=False,
+        help="delete the golden files of fully run test modules that no test wrote (unused).",
+    )
+    group.addoption(
+        "--replay-report",
+        dest="harness_report",
+        metavar="PATH",
+        default=None,
+        help="write every replay report of the session as JSON to PATH (for CI dashboards).",
+    )
+    group.addoption(
+        "--harness-allow-live",
+        dest="harness_allow_live",
+        action="store_true",
+        default=False,
+        help="let runs call live model providers (openai, anthropic, ...); blocked by default.",
+    )
+    parser.addini(
+        "harness_spec", "the harness.yaml of the fixtures and replays", default="harness.yaml"
+    )
+    parser.addini(
+        "harness_env",
+        "the spec environment of the fixtures and replays (offline: used when the spec has it)",
+        default="offline",
+    )
+    parser.addini(
+        "harness_recordings",
+        "the folder of golden recordings (written by --record-recordings, replayed by default)",
+        default="recordings",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Read the settings, block live models, and register what the session's options need."""
+    config.addinivalue_line("markers", MARKER)
+    settings = Settings.from_config(config)
+    config.stash[SETTINGS] = settings
+    from pytest_harness.models.live import set_live_models_allowed
+
+    config.stash[_LIVE_BEFORE] = set_live_models_allowed(None if settings.allow_live else False)
+    pm = config.pluginmanager
+    if pm.hasplugin("asyncio") and not pm.hasplugin("harness-asyncio"):
+        from pytest_harness.plugin import async_support
+
+        pm.register(async_support, "harness-asyncio")
+    if settings.replay and config.args_source is not pytest.Config.ArgsSource.ARGS:
+        if not settings.recordings.is_dir():
+            raise pytest.UsageError(
+                f"--replay-recordings: no recordings folder {settings.show(settings.recordings)} "
+                "(set harness_recordings in the ini file, or give the paths to replay)"
+            )
+        config.args = [str(settings.recordings)]
+        config.args_source = pytest.Config.ArgsSource.ARGS
+    if settings.needs_ledger:
+        from pytest_harness.plugin.summary import register
+
+        register(config, settings)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore the live-model switch and close what the replays opened."""
+    if _LIVE_BEFORE in config.stash:
+        from pytest_harness.models.live import set_live_models_allowed
+
+        set_live_models_allowed(config.stash[_LIVE_BEFORE])
+    from pytest_harness.plugin.settings import REPLAY_SESSION
+
+    session = config.stash.get(REPLAY_SESSION, None)
+    if session is not None:
+        session.close()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """Under `--replay-recordings`, a recording file is a test item."""
+    if file_path.suffix in RECORDING_SUFFIXES and parent.config.stash[SETTINGS].replay:
+        from pytest_harness.plugin.items import RecordingFile
+
+        file: pytest.Collector = RecordingFile.from_parent(parent, path=file_path)
+        return file
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """`@pytest.mark.harness(allow_live=...)` switches live model calls for one test."""
+    allow = next(
+        (m.kwargs["allow_live"] for m in item.iter_markers("harness") if "allow_live" in m.kwargs),
+        None,
+    )
+    if allow is None:
+        return (yield)
+    from pytest_harness.models.live import allow_live_models
+
+    with allow_live_models(bool(allow)):
+        return (yield)
+
+
+def pytest_assertrepr_compare(
+    config: pytest.Config, op: str, left: object, right: object
+) -> list[str] | None:
+    """`assert result == expected` between `RunResult`s shows the fields and decisions."""
+    if op == "==" and isinstance(left, RunResult) and isinstance(right, RunResult):
+        from pytest_harness.testing import explain_difference
+
+        return explain_difference(left, right)
+    return None
+
+
+# -- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def _harness_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestRuns]:
+    """What this test's harness fixtures share; writes its golden runs at teardown."""
+    from pytest_harness.plugin.fixtures import TestRuns
+
+    node = request.node
+    assert isinstance(node, pytest.Item)
+    runs = TestRuns(node, request.config.stash[SETTINGS], tmp_path_factory)
+    node.stash[RUNS] = runs
+    yield runs
+    runs.finish()
+
+
+@pytest.fixture
+def harness(_harness_runs: TestRuns) -> SyncHarness:
+    """A blocking `Harness` (same methods) from the ini spec, offline, with a fresh memory store.
+
+    For tests without an event-loop plugin; configure it with `@pytest.mark.harness(...)`.
+    """
+    return _harness_runs.sync()
+
+
+@pytest.fixture
+def harness_factory(_harness_runs: TestRuns) -> Callable[..., SyncHarness]:
+    """Make more blocking harnesses: `harness_factory(spec=..., env=..., store=..., record=...)`.
+
+    Each is closed at teardown; a relative `spec` resolves against the test file's folder.
+    """
+    return _harness_runs.sync
+
+
+@pytest.fixture
+def scripted(_harness_runs: TestRuns) -> Callable[[str, Turns], None]:
+    """`scripted(task_or_model, turns)`: answer the test's next runs of a task (or model).
+
+    Turns are dicts or `pytest_harness.testing.call/say/fail(...)`; they apply to every harness
+    of the test, made before or after.
+    """
+    return _harness_runs.script
+
+
+@pytest.fixture
+def aharness(request: pytest.FixtureRequest) -> Harness:
+    """The async `Harness` (same setup as `harness`) for `async def` tests.
+
+    Works under pytest-asyncio (`@pytest.mark.asyncio`) and under anyio (`@pytest.mark.anyio`
+    with the asyncio backend); it is closed on the test's own event loop.
+    """
+    name: str | None = None
+    if "anyio_backend" in request.fixturenames:
+        name = "_harness_anyio"
+    elif request.config.pluginmanager.hasplugin("harness-asyncio"):
+        node = request.node
+        marker = node.get_closest_marker("asyncio")
+        if marker is not None:
+            from pytest_harness.plugin.async_support import fixture_name
+
+            scope = marker.kwargs.get("loop_scope") or marker.kwargs.get("scope")
+            scope = scope or request.config.getini("asyncio_default_test_loop_scope")
+            name = fixture_name(scope or "function")
+    if name is None:
+        pytest.fail(
+            "the aharness fixture is for async tests run by pytest-asyncio "
+            "(@pytest.mark.asyncio) or anyio (@pytest.mark.anyio); in a sync test use `harness`",
+            pytrace=False,
+        )
+    found: Harness = request.getfixturevalue(name)
+    return found
+
+
+@pytest.fixture
+async def _harness_anyio(_harness_runs: TestRuns, anyio_backend: Any) -> AsyncIterator[Harness]:
+    """`aharness` under anyio: set up and closed by anyio's runner, on the test's loop."""
+    backend = anyio_backend if isinstance(anyio_backend, str) else anyio_backend[0]
+    if backend != "asyncio":
+        pytest.fail(
+            f"aharness runs on asyncio; this test uses anyio's {backend!r} backend "
+            "(parametrize anyio_backend with 'asyncio')",
+            pytrace=False,
+        )
+    harness = _harness_runs.load()
+    try:
+        yield harness
+    finally:
+        await _harness_runs.close_async(harness)

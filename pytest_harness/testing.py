@@ -1,0 +1,395 @@
+"""Helpers for testing an agent: a blocking `Harness`, script turns in Python, trace assertions.
+
+```python
+from pytest_harness.testing import SyncHarness, assert_trace, call, say
+
+with SyncHarness.load("harness.yaml", env="offline") as harness:
+    harness.harness.plans  # the async Harness underneath, if needed
+    result = harness.run("orders", "Refund $250 on order A-1001.", principal="ann")
+assert_trace(result, fired=["R1"], status="awaiting_approval")
+```
+
+Everything here works without pytest; the pytest plugin's fixtures are built on it. Importing
+this module is cheap: the runtime is imported when a harness is loaded.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import textwrap
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pytest_harness.runtime.results import RunResult, RunStatus
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from pytest_harness.recording.model import Recording
+    from pytest_harness.replay.report import ReplayReport
+    from pytest_harness.runtime.harness import Harness, RunHandle
+    from pytest_harness.runtime.principal import Principal
+    from pytest_harness.runtime.results import RunSummary
+    from pytest_harness.store.base import Store
+
+__all__ = [
+    "SyncHarness",
+    "SyncRunHandle",
+    "assert_trace",
+    "call",
+    "calls",
+    "explain_difference",
+    "fail",
+    "say",
+]
+
+T = TypeVar("T")
+ERROR_KINDS = ("rate_limit", "server", "timeout", "refusal")
+
+# -- a blocking Harness ------------------------------------------------------------------------
+
+
+class SyncRunHandle:
+    """A run started with `SyncHarness.submit()`: its ids now, its result when you block on it.
+
+    The run makes progress while its facade blocks (in `result()` or any other call).
+    """
+
+    def __init__(self, handle: RunHandle, facade: SyncHarness) -> None:
+        self.handle = handle
+        self.run_id = handle.run_id
+        self.session_id = handle.session_id
+        self._facade = facade
+
+    def result(self) -> RunResult:
+        """Block until the run ends or suspends, and return its result."""
+        return self._facade.wait(self.handle.result())
+
+    def done(self) -> bool:
+        """Whether the run has stopped (ended or suspended)."""
+        return self.handle.done()
+
+
+class SyncHarness:
+    """A blocking facade over an async `Harness`: the same methods, each run to completion.
+
+    It owns an event loop (`asyncio.Runner`), so it needs no event-loop plugin; it cannot be used
+    inside a running loop (in an `async def` test, use the `Harness` itself). Close it with
+    `close()` or a `with` block. Methods of `Harness` not spelled out here are wrapped the same
+    way; its attributes (`spec`, `plans`, `store`) are passed through.
+    """
+
+    def __init__(self, harness: Harness) -> None:
+        import asyncio
+
+        self.harness = harness
+        self._runner: asyncio.Runner = asyncio.Runner()
+        self._handles: list[SyncRunHandle] = []
+        self._closed = False
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        env: str | None = None,
+        store: Store | str | None = None,
+        record: bool | None = None,
+    ) -> SyncHarness:
+        """`ph.load(...)`, blocking: the same arguments, a `SyncHarness` back."""
+        from pytest_harness.runtime.harness import load
+
+        return cls(load(path, env=env, store=store, record=record))
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on this facade's event loop and return its result."""
+        import asyncio
+
+        if self._closed:
+            coro.close()
+            from pytest_harness.errors import HarnessError
+
+            raise HarnessError(f"this SyncHarness for {self.harness.spec.path} is closed")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._runner.run(coro)
+        coro.close()
+        raise RuntimeError(
+            "SyncHarness blocks, so it cannot be called inside a running event loop; in an "
+            "`async def` test use the `aharness` fixture (the async Harness) instead"
+        )
+
+    def wait_for_runs(self) -> None:
+        """Block until every run started with `submit()` has stopped (errors are its own)."""
+        for handle in self._handles:
+            if not handle.done():
+                try:
+                    handle.result()
+                except Exception:  # the run's failure belongs to whoever awaits its result
+                    continue
+
+    def close(self) -> None:
+        """Let submitted runs stop, close the harness and the event loop (idempotent)."""
+        if self._closed:
+            return
+        try:
+            self.wait_for_runs()
+            self.wait(self.harness.aclose())
+        finally:
+            self._closed = True
+            self._runner.close()
+
+    def __enter__(self) -> SyncHarness:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("harness", "_runner", "_handles", "_closed"):
+            raise AttributeError(name)
+        attr = getattr(self.harness, name)
+        if inspect.iscoroutinefunction(attr):
+
+            def blocking(*args: Any, **kwargs: Any) -> Any:
+                return self.wait(attr(*args, **kwargs))
+
+            blocking.__name__ = name
+            blocking.__doc__ = attr.__doc__
+            return blocking
+        return attr
+
+    def __repr__(self) -> str:
+        return f"SyncHarness({self.harness.spec.path})"
+
+    # -- the Harness methods -------------------------------------------------------------------
+
+    def run(
+        self,
+        task: str,
+        input: str,
+        *,
+        principal: Principal | str,
+        tenant: str | None = None,
+        session_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> RunResult:
+        """Run `task` on `input` until it ends or suspends, and return its result."""
+        return self.wait(
+            self.harness.run(
+                task,
+                input,
+                principal=principal,
+                tenant=tenant,
+                session_id=session_id,
+                labels=labels,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def submit(
+        self,
+        task: str,
+        input: str,
+        *,
+        principal: Principal | str,
+        tenant: str | None = None,
+        session_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> SyncRunHandle:
+        """Start a run and return a handle at once; the run advances while the facade blocks."""
+        handle = self.wait(
+            self.harness.submit(
+                task,
+                input,
+                principal=principal,
+                tenant=tenant,
+                session_id=session_id,
+                labels=labels,
+                idempotency_key=idempotency_key,
+            )
+        )
+        sync = SyncRunHandle(handle, self)
+        self._handles.append(sync)
+        return sync
+
+    def result(self, run_id: str) -> RunResult:
+        """Read a run's result from the store."""
+        return self.wait(self.harness.result(run_id))
+
+    def approve(
+        self,
+        run_id: str,
+        approval_id: str,
+        decision: Literal["approve", "decline"],
+        *,
+        approver: Principal | str,
+        reason: str | None = None,
+    ) -> RunResult:
+        """Answer an approval; the run resumes when none is left open."""
+        return self.wait(
+            self.harness.approve(run_id, approval_id, decision, approver=approver, reason=reason)
+        )
+
+    def resume(self, run_id: str) -> RunResult:
+        """Continue a suspended or interrupted run from its last checkpoint."""
+        return self.wait(self.harness.resume(run_id))
+
+    def runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        task: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[RunSummary]:
+        """Stored runs, newest first."""
+        return self.wait(self.harness.runs(status=status, task=task, tenant=tenant, limit=limit))
+
+    def replay(self, source: str | os.PathLike[str] | Recording) -> ReplayReport:
+        """Replay a stored run, a `Recording` or a recording file against this spec."""
+        return self.wait(self.harness.replay(source))
+
+    def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
+        """Write a recorded run as a golden recording file."""
+        return self.wait(self.harness.export(run_id, dest))
+
+
+# -- script turns ------------------------------------------------------------------------------
+
+
+def call(name: str, /, **args: Any) -> dict[str, Any]:
+    """A model turn that calls one tool: `call("refund", order_id="A-1", amount=250)`."""
+    return {"call": name, "args": args}
+
+
+def calls(*turns: Mapping[str, Any]) -> dict[str, Any]:
+    """A model turn that calls several tools at once: `calls(call("a"), call("b", x=1))`."""
+    items = []
+    for turn in turns:
+        if "call" not in turn:
+            raise ValueError(f"calls() takes call(...) turns, got {dict(turn)!r}")
+        items.append({"name": turn["call"], "args": dict(turn.get("args") or {})})
+    return {"calls": items}
+
+
+def say(text: str, usage: Mapping[str, int] | tuple[int, int] | None = None) -> dict[str, Any]:
+    """A model turn that answers `text`; `usage` is `(input_tokens, output_tokens)` or a mapping."""
+    turn: dict[str, Any] = {"say": text}
+    if usage is not None:
+        if isinstance(usage, tuple):
+            turn["usage"] = {"input_tokens": usage[0], "output_tokens": usage[1]}
+        else:
+            turn["usage"] = dict(usage)
+    return turn
+
+
+def fail(kind: str) -> dict[str, Any]:
+    """A model turn that fails like a provider: `rate_limit`, `server`, `timeout` or `refusal`."""
+    if kind not in ERROR_KINDS:
+        raise ValueError(f"unknown model error {kind!r}; choose from {', '.join(ERROR_KINDS)}")
+    return {"error": kind}
+
+
+# -- assertions --------------------------------------------------------------------------------
+
+
+def assert_trace(
+    result: RunResult,
+    *,
+    fired: Iterable[str] = (),
+    not_fired: Iterable[str] = (),
+    tools: Sequence[str] | None = None,
+    status: RunStatus | str | None = None,
+) -> None:
+    """Assert what a run did: rules and guards that fired or not, tools called, final status.
+
+    `tools` is the names of the tool calls that reached an outcome, in order. On failure the
+    message lists every mismatch, then the run's trace.
+    """
+    __tracebackhide__ = True
+    problems: list[str] = []
+    if status is not None:
+        expected = _status(status)
+        if result.status is not expected:
+            problems.append(f"status: expected {expected.value}, got {result.status.value}")
+    trace = result.trace
+    matched = [d for d in trace if d.kind in ("rule", "guard")]
+    for ident in fired:
+        if not trace.fired(ident):
+            shown = ", ".join(dict.fromkeys(d.key for d in matched)) or "none"
+            problems.append(f"expected {ident!r} to fire; it did not (fired: {shown})")
+    for ident in not_fired:
+        hits = [d for d in matched if d.key == ident]
+        if hits:
+            where = ", ".join(f"step {d.step} {d.summary()}" for d in hits)
+            problems.append(f"expected {ident!r} not to fire; it fired: {where}")
+    if tools is not None:
+        actual = trace.tool_calls()
+        if [c.name for c in actual] != list(tools):
+            got = ", ".join(f"{c.name} ({c.outcome})" for c in actual) or "none"
+            problems.append(f"tools: expected [{', '.join(tools)}], got [{got}]")
+    if problems:
+        body = "\n".join(f"  {p}" for p in problems)
+        rendered = textwrap.indent(trace.render() or "(empty)", "  ")
+        raise AssertionError(
+            f"run {result.run_id} ({result.task}, {result.status.value}) did not match:\n"
+            f"{body}\ntrace:\n{rendered}"
+        )
+
+
+def _status(value: RunStatus | str) -> RunStatus:
+    try:
+        return RunStatus(value)
+    except ValueError:
+        valid = ", ".join(s.value for s in RunStatus)
+        raise ValueError(f"unknown run status {value!r}; choose from {valid}") from None
+
+
+_FIRST = ("task", "status", "output", "error", "limit")
+_THEN = ("approval", "pending", "usage", "labels", "run_id", "session_id")
+
+
+def explain_difference(left: RunResult, right: RunResult) -> list[str]:
+    """Why two `RunResult`s differ: the fields that matter first, then the traces, then the rest.
+
+    The pytest plugin shows this for a failing `assert left == right` (pytest cuts it after a
+    few lines unless run with `-vv`, so the most telling differences come first).
+    """
+    lines = [
+        f"RunResult({left.task}, {left.status.value}) == RunResult({right.task}, "
+        f"{right.status.value})"
+    ]
+
+    def fields(names: tuple[str, ...]) -> None:
+        for name in names:
+            a, b = getattr(left, name), getattr(right, name)
+            if a != b:
+                lines.append(f"{name}: {_short(a)} != {_short(b)}")
+
+    fields(_FIRST)
+    if left.trace != right.trace:
+        from pytest_harness.replay.report import diff_decisions
+
+        lines.append("trace (- only on the right, + only on the left, ~ changed):")
+        lines.extend(f"  {change.render()}" for change in diff_decisions(right.trace, left.trace))
+    fields(_THEN)
+    return lines
+
+
+def _short(value: Any, width: int = 100) -> str:
+    text = value.value if isinstance(value, RunStatus) else repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,89 @@
+"""How the plugin is installed: light to import, off with `-p no:harness`, the repo's example."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_harness.plugin.settings import DEFAULT_FAIL_ON, FAIL_ON_KINDS
+from pytest_harness.replay import report
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("rich", "deepdiff", "aiosqlite", "yaml", "cel", "pydantic", "pydantic_core", "httpx")
+
+
+def test_importing_the_plugin_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, pytest_harness.pytest_plugin; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_session_that_uses_none_of_it_imports_nothing_heavy(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_light=f"""
+        import sys
+
+        def test_nothing_heavy_was_imported():
+            heavy = {HEAVY!r}
+            assert [m for m in sys.modules if m.split('.')[0] in heavy] == []
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:asyncio", "-p", "no:anyio")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["plugins: *harness-*"])
+
+
+def test_no_harness_turns_it_off(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("-p", "no:harness", "--replay-recordings")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unrecognized arguments: --replay-recordings*"])
+
+
+def test_fail_on_kinds_match_the_replay_report() -> None:
+    assert frozenset(FAIL_ON_KINDS) == report.FAIL_ON
+    assert DEFAULT_FAIL_ON == report.DEFAULT_FAIL_ON
+
+
+def test_the_repository_recordings_are_the_shop_tests_runs(pytester: pytest.Pytester) -> None:
+    """Recording the example's tests again writes exactly the committed golden files."""
+    app = pytester.path / "shop"
+    shutil.copytree(
+        ROOT / "fixtures" / "shop", app, ignore=shutil.ignore_patterns("__pycache__", ".harness")
+    )
+    out = pytester.path / "recordings"
+    result = pytester.runpytest(
+        str(app / "test_shop.py"),
+        "-p",
+        "no:cacheprovider",
+        f"--harness-spec={app / 'harness.yaml'}",
+        "-o",
+        f"harness_recordings={out}",
+        "-o",
+        "asyncio_default_fixture_loop_scope=function",
+        "--record-recordings=all",
+    )
+    result.assert_outcomes(passed=14)
+    committed = ROOT / "recordings" / "test_shop"
+    written = {p.name: p.read_bytes() for p in (out / "test_shop").iterdir()}
+    assert written == {p.name: p.read_bytes() for p in committed.iterdir()}
+    assert len(written) >= 10
+
+
+def test_the_repository_recordings_replay_clean(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(
+        "--replay-recordings",
+        str(ROOT / "recordings"),
+        f"--harness-spec={ROOT / 'fixtures' / 'shop' / 'harness.yaml'}",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=len(list((ROOT / "recordings").rglob("*.yaml"))))
