@@ -47,7 +47,13 @@ from pytest_harness.errors import (
     ReplayDiverged,
     StoreError,
 )
-from pytest_harness.models.base import Message, ModelRequest, ModelResponse, content_digest
+from pytest_harness.models.base import (
+    Message,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    content_digest,
+)
 from pytest_harness.models.live import live_models_allowed
 from pytest_harness.redaction import comparable
 from pytest_harness.runtime.events import EventHub
@@ -92,6 +98,29 @@ def _answer(response: ModelResponse) -> dict[str, Any]:
             "output_tokens": response.usage.output_tokens,
         },
     }
+
+
+_UNKNOWN_CHARGE = frozenset({"server", "timeout"})
+"""Failed attempts the provider may have charged for: the run's usage is then incomplete."""
+
+
+def _retryable(error: BaseException) -> bool:
+    return isinstance(error, ModelError) and error.retryable
+
+
+def _backoff(provider: ModelProvider, attempts: int) -> Callable[[Any], float]:
+    """The wait for tenacity: the provider's delay before retry n, after the error it got."""
+
+    def wait(state: Any) -> float:
+        if state.attempt_number >= attempts:  # no retry follows: nothing to wait for
+            return 0.0
+        outcome = state.outcome
+        error = outcome.exception() if outcome is not None else None
+        return provider.retry_delay(
+            state.attempt_number, error if isinstance(error, ModelError) else None
+        )
+
+    return wait
 
 
 class _Deadline(Exception):
@@ -270,49 +299,74 @@ class Driver:
         return await self._plan_calls(response, step)
 
     async def _ask_models(self) -> tuple[ModelLink, ModelResponse]:
-        """Ask the task's model, retrying and then falling back; every attempt is a turn."""
-        state = self.state
+        """Ask the task's model, retrying and then falling back; every attempt is a turn.
+
+        A `rate_limit`, `server` or `timeout` error is retried `retries` times with the
+        provider's backoff (tenacity drives the attempts); then, or at once for another
+        error, the next fallback model is asked. A `refusal` fails the run: another model
+        would not make the request acceptable.
+        """
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
         last: ModelError | None = None
         for link in self.plan.models:
             if link.provider.live and not live_models_allowed():
                 raise LiveModelBlocked(link.provider.name, link.name)
-            for attempt in range(link.spec.retries + 1):
-                if attempt:
-                    await self._sleep(link.provider.retry_delay(attempt, last))
-                request = self._request(link)
-                state.turns[link.name] = request.turn + 1
-                if self._reset is not None:
-                    self._announce(
-                        EventDraft(
-                            "attempt_reset",
-                            {
-                                "attempt": request.attempt_id,
-                                "seq": 0,
-                                "model": link.name,
-                                "turn": request.turn,
-                                "reason": self._reset,
-                            },
-                        )
-                    )
-                    self._reset = None
-                try:
-                    response = await self._within_deadline(
-                        link.provider.complete(request), link.spec.timeout, f"model {link.name}"
-                    )
-                except ModelError as exc:
-                    self._record_turn(link, request, {"error": exc.kind, "message": str(exc)})
-                    self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
-                    if self._streamed == request.attempt_id:
-                        self._reset = "retry"  # its text was streamed: the next attempt replaces it
-                    last = exc
-                    if not exc.retryable:
-                        raise
-                else:
-                    self._record_turn(link, request, _answer(response))
-                    return link, response
+            attempts = link.spec.retries + 1
+            retrying = AsyncRetrying(
+                stop=stop_after_attempt(attempts),
+                retry=retry_if_exception(_retryable),
+                wait=_backoff(link.provider, attempts),
+                sleep=self._sleep,
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        response = await self._attempt(link)
+            except ModelError as exc:
+                last = exc
+                if exc.kind == "refusal":
+                    raise
+                continue
+            return link, response
         assert last is not None
         tried = ", ".join(link.name for link in self.plan.models)
         raise ModelError(last.kind, f"every model failed (tried {tried}); last error: {last}")
+
+    async def _attempt(self, link: ModelLink) -> ModelResponse:
+        """One model attempt: a new request, a turn, and its answer or error in the record."""
+        state = self.state
+        request = self._request(link)
+        state.turns[link.name] = request.turn + 1
+        if self._reset is not None:
+            self._announce(
+                EventDraft(
+                    "attempt_reset",
+                    {
+                        "attempt": request.attempt_id,
+                        "seq": 0,
+                        "model": link.name,
+                        "turn": request.turn,
+                        "reason": self._reset,
+                    },
+                )
+            )
+            self._reset = None
+        try:
+            response: ModelResponse = await self._within_deadline(
+                link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+            )
+        except ModelError as exc:
+            self._record_turn(link, request, {"error": exc.kind, "message": str(exc)})
+            self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
+            if exc.kind in _UNKNOWN_CHARGE:
+                state.usage_incomplete = True
+            if self._streamed == request.attempt_id:
+                self._reset = "retry"  # its text was streamed: the next attempt replaces it
+            raise
+        self._record_turn(link, request, _answer(response))
+        return response
 
     def _request(self, link: ModelLink) -> ModelRequest:
         attempt_id = f"att_{uuid.uuid4().hex}"

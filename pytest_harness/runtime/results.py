@@ -61,13 +61,18 @@ _SUSPENDED = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """What a run spent: tokens, dollars (from the model's price), model steps and tool calls."""
+    """What a run spent: tokens, dollars (from the model's price), model steps and tool calls.
+
+    `incomplete` is true when a model attempt failed after the provider may have charged for
+    it (a server error, a time-out): the figures then count less than was spent.
+    """
 
     tokens_in: int = 0
     tokens_out: int = 0
     usd: float = 0.0
     steps: int = 0
     tool_calls: int = 0
+    incomplete: bool = False
 
     @property
     def tokens(self) -> int:
@@ -75,14 +80,17 @@ class Usage:
         return self.tokens_in + self.tokens_out
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form."""
-        return {
+        """The JSON form (`incomplete` only when true, so complete usage reads as before)."""
+        data: dict[str, Any] = {
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "usd": self.usd,
             "steps": self.steps,
             "tool_calls": self.tool_calls,
         }
+        if self.incomplete:
+            data["incomplete"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Usage:
@@ -93,6 +101,7 @@ class Usage:
             usd=float(data.get("usd", 0.0)),
             steps=int(data.get("steps", 0)),
             tool_calls=int(data.get("tool_calls", 0)),
+            incomplete=bool(data.get("incomplete", False)),
         )
 
 

@@ -46,6 +46,8 @@ class RunState:
     usd: float = 0.0
     steps: int = 0
     tool_calls: int = 0
+    usage_incomplete: bool = False
+    """A model attempt failed after it may have been charged (a server error, a time-out)."""
     elapsed: float = 0.0
     """Active seconds spent, counted against the deadline; waiting for a person is not."""
     trace: list[dict[str, Any]] = field(default_factory=list)
@@ -89,6 +91,7 @@ class RunState:
             usd=float(usage.get("usd", 0.0)),
             steps=int(usage.get("steps", 0)),
             tool_calls=int(usage.get("tool_calls", 0)),
+            usage_incomplete=bool(usage.get("incomplete", False)),
             elapsed=float(data.get("elapsed", 0.0)),
             trace=list(data.get("trace") or []),
             calls=[dict(c) for c in data.get("calls") or []],
@@ -106,6 +109,7 @@ class RunState:
             usd=round(self.usd, 10),
             steps=self.steps,
             tool_calls=self.tool_calls,
+            incomplete=self.usage_incomplete,
         )
 
     def spent(self) -> dict[str, Any]:

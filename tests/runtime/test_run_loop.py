@@ -473,3 +473,53 @@ async def test_runs_lists_newest_first_with_filters(app) -> None:
         assert [r.run_id for r in await harness.runs(tenant="t")] == [second.run_id]
         assert await harness.runs(status="failed") == []
         assert listed[0].principal == "bob"
+
+
+@pytest.mark.parametrize(("error", "incomplete"), [("server", True), ("rate_limit", False)])
+async def test_usage_is_incomplete_after_an_attempt_that_may_have_been_charged(
+    app, error: str, incomplete: bool
+) -> None:
+    app.write("tasks:\n  t: {prompt: p}\n")
+    script = f"[{{error: {error}}}, {{say: fine}}]"
+    app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
+    async with ph.load(app.spec) as harness:
+        result = await harness.run("t", "hi", principal="ann")
+        again = await harness.result(result.run_id)
+    assert result.ok and result.output == "fine"
+    assert result.usage.incomplete is incomplete
+    assert again.usage.incomplete is incomplete
+    assert ("incomplete" in result.usage.to_dict()) is incomplete
+
+
+async def test_an_error_that_is_not_retried_goes_to_the_fallback_at_once(app, write_file) -> None:
+    write_file(
+        "locked_model.py",
+        """
+        from pytest_harness.errors import ModelError
+
+        CALLS = []
+
+        def answer(request):
+            CALLS.append(request.turn)
+            raise ModelError("auth", "401 from the provider: check $OPENAI_API_KEY")
+        """,
+    )
+    app.write(
+        """
+models:
+  default: {use: function, call: "locked_model:answer", retries: 3, fallback: [backup]}
+  backup: {use: scripted, script: [{say: from backup}]}
+tasks:
+  t: {prompt: p}
+""",
+        base=False,
+    )
+    import sys
+
+    sys.modules.pop("locked_model", None)
+    async with ph.load(app.spec) as harness:
+        result = await harness.run("t", "hi", principal="ann")
+    assert result.ok and result.output == "from backup"
+    assert sys.modules["locked_model"].CALLS == [0]  # not retried
+    assert [d.detail.get("error") for d in result.trace.of_kind("model")] == ["auth", None]
+    sys.modules.pop("locked_model", None)
