@@ -25,20 +25,29 @@ from pytest_harness.errors import (
     ApprovalDenied,
     ResolutionError,
     RunBusy,
+    StoreError,
     UnknownExecutionKey,
     UnknownTask,
 )
 from pytest_harness.hookspecs import StoreFactory
 from pytest_harness.models.base import Message
 from pytest_harness.plugins import registry
-from pytest_harness.runtime.engine import DriveContext, Driver, execution_key
+from pytest_harness.runtime.engine import DriveContext, Driver, args_digest, execution_key
 from pytest_harness.runtime.events import EventHub, follow
 from pytest_harness.runtime.plan import Plans, TaskPlan
 from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.runtime.state import RunState, result_from_state
 from pytest_harness.spec.spec import Spec
-from pytest_harness.store.base import Event, EventDraft, NewRun, RunRecord, Store, parse_cursor
+from pytest_harness.store.base import (
+    ApprovalRow,
+    Event,
+    EventDraft,
+    NewRun,
+    RunRecord,
+    Store,
+    parse_cursor,
+)
 
 if TYPE_CHECKING:
     from pytest_harness.recording.model import Recording
@@ -258,7 +267,7 @@ class Harness:
     ) -> list[RunSummary]:
         """Stored runs, newest first."""
         await self._open()
-        status_value = RunStatus(status).value if status is not None else None
+        status_value = _status(status).value if status is not None else None
         records = await self.store.list_runs(
             status=status_value, task=task, tenant=tenant, limit=limit
         )
@@ -315,6 +324,7 @@ class Harness:
             )
         if row.status == "pending":
             _check_approver(row.approvers, row.requested_by, row.self_approve, who, record)
+            _check_binding(row, record)
         await self.store.decide_approval(
             run_id,
             approval_id,
@@ -579,26 +589,36 @@ class Harness:
             token = record.lease_token
             if not created:
                 token = await store.acquire_lease(run_id, self.owner, lease)
-                record = await store.get_run(run_id)
-            interrupted = not created and record.status == RunStatus.RUNNING.value
-            ctx = DriveContext(
-                store=store,
-                owner=self.owner,
-                lease=lease,
-                renew=store.kind != "memory",
-                record=self.record,
-                keep_requests=self._keep_requests,
-                spec_digest=self.spec.digest,
-                hub=self._hub,
-            )
-            driver = Driver(ctx, plan, record, token, interrupted=interrupted)
+            driver: Driver | None = None
             try:
+                if not created:
+                    record = await store.get_run(run_id)
+                interrupted = not created and record.status == RunStatus.RUNNING.value
+                ctx = DriveContext(
+                    store=store,
+                    owner=self.owner,
+                    lease=lease,
+                    renew=store.kind != "memory",
+                    record=self.record,
+                    keep_requests=self._keep_requests,
+                    spec_digest=self.spec.digest,
+                    hub=self._hub,
+                )
+                try:
+                    driver = Driver(ctx, plan, record, token, interrupted=interrupted)
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise StoreError(
+                        f"run {run_id}: its stored state cannot be read "
+                        f"({type(exc).__name__}: {exc}); the store was changed by something "
+                        "other than pytest-harness, or is damaged"
+                    ) from exc
                 result = await self._continue(driver, record, history, control_only, resolution)
             finally:
-                if not driver.released:
+                if driver is None or not driver.released:
                     await store.release_lease(run_id, token)
         finally:
             self._driving.discard(run_id)
+        assert driver is not None  # only an exception leaves it unset
         if driver.released and driver.control is not None and not result.status.ended:
             # A pause or cancel arrived with the commit that suspended the run.
             return await self._settle_control(run_id)
@@ -739,3 +759,28 @@ def _check_approver(
             f"{who.id!r} belongs to tenant {who.tenant!r}; run {record.run_id} belongs to "
             f"tenant {record.tenant!r}"
         )
+
+
+def _status(value: RunStatus | str) -> RunStatus:
+    """A `RunStatus` from itself or its value; `ValueError` listing the valid values."""
+    try:
+        return RunStatus(value)
+    except ValueError:
+        valid = ", ".join(s.value for s in RunStatus)
+        raise ValueError(f"unknown run status {value!r} (valid: {valid})") from None
+
+
+def _check_binding(row: ApprovalRow, record: RunRecord) -> None:
+    """The approval must still be bound to the run's pending call: same key, same arguments."""
+    for call in record.state.get("calls") or ():
+        if call.get("approval_id") == row.approval_id:
+            if (
+                call.get("key") == row.execution_key
+                and args_digest(call["args"]) == row.args_digest
+            ):
+                return
+            break
+    raise ResolutionError(
+        f"approval {row.approval_id} of run {record.run_id} does not match the run's pending "
+        f"call (execution key {row.execution_key}); nothing was recorded"
+    )

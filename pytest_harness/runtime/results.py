@@ -34,6 +34,9 @@ class RunStatus(str, Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
+    def __str__(self) -> str:
+        return self.value
+
     @property
     def ended(self) -> bool:
         """Whether the run can never continue (completed, refused, limited, failed, cancelled)."""

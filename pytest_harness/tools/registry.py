@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -114,7 +115,7 @@ class ToolOutcome:
         if isinstance(result, str):
             return cls(ok=True, kind="ok", value=result, text=result)
         try:
-            value = to_jsonable_python(result, fallback=repr)
+            value = _finite(to_jsonable_python(result, fallback=repr))
             text = to_json(value).decode()
         except Exception:  # circular references and other unserialisable shapes
             value = text = repr(result)
@@ -172,6 +173,21 @@ class ToolOutcome:
             text=text,
             error=None if error is None else {"type": error["type"], "message": error["message"]},
         )
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinities as the strings `'nan'`, `'inf'`, `'-inf'`.
+
+    The store keeps strict JSON, which has no such numbers: kept as floats, they would make
+    the commit of the tool's result fail after the tool ran.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return value
 
 
 class _Expired(Exception):

@@ -318,6 +318,27 @@ async def test_resume_of_a_run_this_harness_drives_is_busy(durable: Durable) -> 
     assert len(durable.calls("lookup")) == 1
 
 
+async def test_a_run_whose_stored_state_is_damaged_is_a_store_error_and_keeps_no_lease(
+    on_sqlite: Durable,
+) -> None:
+    import sqlite3
+
+    app = on_sqlite
+    async with app.open() as harness, app.open() as other:
+        run_id = await interrupt(harness, app, "lookup", "lookup 1")
+        with sqlite3.connect(app.root / "state.db") as db:
+            db.execute(
+                "UPDATE runs SET state = json_set(state, '$.usage.steps', 'many') WHERE run_id = ?",
+                (run_id,),
+            )
+        with pytest.raises(ph.StoreError, match=rf"run {run_id}: its stored state cannot be read"):
+            await harness.resume(run_id)
+        record = await other.store.get_run(run_id)
+        assert record.lease_owner is None  # released: another worker is not kept out
+        with pytest.raises(ph.StoreError, match="'many'"):
+            await other.resume(run_id)  # not RunBusy
+
+
 # -- resolve: what it refuses -----------------------------------------------------------------
 
 

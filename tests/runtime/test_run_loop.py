@@ -523,3 +523,31 @@ tasks:
     assert sys.modules["locked_model"].CALLS == [0]  # not retried
     assert [d.detail.get("error") for d in result.trace.of_kind("model")] == ["auth", None]
     sys.modules.pop("locked_model", None)
+
+
+async def test_an_approval_is_bound_to_the_pending_call_and_its_arguments(app) -> None:
+    orders(app, "[{call: refund, args: {order_id: A-1, amount: 250}}, {say: ok}]")
+    async with ph.load(app.spec) as harness:
+        waiting = await harness.run("orders", "Refund A-1", principal="ann")
+        record = await harness.store.get_run(waiting.run_id)
+        state = dict(record.state)
+        calls = [dict(c) for c in state["calls"]]
+        calls[0]["args"] = {"order_id": "A-1", "amount": 9999}  # the call changed under it
+        state["calls"] = calls
+        token = await harness.store.acquire_lease(waiting.run_id, "tamper", 30.0)
+        await harness.store.commit(
+            waiting.run_id, token, status="awaiting_approval", state=state, release=True
+        )
+        with pytest.raises(ResolutionError, match="does not match the run's pending call"):
+            await harness.approve(
+                waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+            )
+        assert app.tools.CALLS == []
+
+
+async def test_runs_with_an_unknown_status_names_the_valid_ones(app) -> None:
+    orders(app, "[{say: hi}]")
+    async with ph.load(app.spec) as harness:
+        with pytest.raises(ValueError, match=r"unknown run status 'bogus' \(valid: running,"):
+            await harness.runs(status="bogus")
+    assert str(ph.RunStatus.COMPLETED) == "completed"

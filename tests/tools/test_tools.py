@@ -695,6 +695,13 @@ class Unserialisable:
         (Address(street="Main"), {"street": "Main", "zip": 0}, '{"street":"Main","zip":0}'),
         (dt.date(2024, 5, 1), "2024-05-01", '"2024-05-01"'),
         ({"x": Unserialisable()}, {"x": "<Unserialisable>"}, '{"x":"<Unserialisable>"}'),
+        # strict JSON (what the store keeps) has no NaN or infinities
+        (float("nan"), "nan", '"nan"'),
+        (
+            {"a": [float("inf"), -float("inf"), 1.5]},
+            {"a": ["inf", "-inf", 1.5]},
+            '{"a":["inf","-inf",1.5]}',
+        ),
     ],
 )
 def test_a_result_becomes_json_for_the_store_and_text_for_the_model(
