@@ -323,7 +323,7 @@ def assert_trace(
     __tracebackhide__ = True
     problems: list[str] = []
     if status is not None:
-        expected = _status(status)
+        expected = RunStatus.parse(status)
         if result.status is not expected:
             problems.append(f"status: expected {expected.value}, got {result.status.value}")
     trace = result.trace
@@ -349,14 +349,6 @@ def assert_trace(
             f"run {result.run_id} ({result.task}, {result.status.value}) did not match:\n"
             f"{body}\ntrace:\n{rendered}"
         )
-
-
-def _status(value: RunStatus | str) -> RunStatus:
-    try:
-        return RunStatus(value)
-    except ValueError:
-        valid = ", ".join(s.value for s in RunStatus)
-        raise ValueError(f"unknown run status {value!r}; choose from {valid}") from None
 
 
 _FIRST = ("task", "status", "output", "error", "limit")

@@ -267,7 +267,7 @@ class Harness:
     ) -> list[RunSummary]:
         """Stored runs, newest first."""
         await self._open()
-        status_value = _status(status).value if status is not None else None
+        status_value = RunStatus.parse(status).value if status is not None else None
         records = await self.store.list_runs(
             status=status_value, task=task, tenant=tenant, limit=limit
         )
@@ -759,15 +759,6 @@ def _check_approver(
             f"{who.id!r} belongs to tenant {who.tenant!r}; run {record.run_id} belongs to "
             f"tenant {record.tenant!r}"
         )
-
-
-def _status(value: RunStatus | str) -> RunStatus:
-    """A `RunStatus` from itself or its value; `ValueError` listing the valid values."""
-    try:
-        return RunStatus(value)
-    except ValueError:
-        valid = ", ".join(s.value for s in RunStatus)
-        raise ValueError(f"unknown run status {value!r} (valid: {valid})") from None
 
 
 def _check_binding(row: ApprovalRow, record: RunRecord) -> None:

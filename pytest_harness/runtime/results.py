@@ -37,6 +37,15 @@ class RunStatus(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def parse(cls, value: RunStatus | str) -> RunStatus:
+        """A status from itself or its value; `ValueError` listing the valid values."""
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(s.value for s in cls)
+            raise ValueError(f"unknown run status {value!r} (valid: {valid})") from None
+
     @property
     def ended(self) -> bool:
         """Whether the run can never continue (completed, refused, limited, failed, cancelled)."""
