@@ -858,6 +858,7 @@ class Driver:
             rec["models"].append(
                 {
                     "model": link.name,
+                    "attempt": request.attempt_id,  # kept in the store, never in golden files
                     # the digest of the redacted request, so golden files compare equal
                     "digest": content_digest(comparable(content)),
                     "request": content if self.ctx.keep_requests else None,

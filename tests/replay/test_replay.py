@@ -283,3 +283,13 @@ async def test_replay_of_an_unknown_task(app, tmp_path) -> None:
     write(app, SPEC.replace("  orders:", "  desk:"))
     with pytest.raises(ph.UnknownTask, match="'orders'"):
         await replay_file(app, tmp_path / "golden.yaml")
+
+
+async def test_every_model_attempt_is_in_the_store_journal_with_its_own_id(app) -> None:
+    write(app, SPEC, script="[{error: server}, {error: rate_limit}, {say: fine}]")
+    async with ph.load(app.spec) as harness:
+        done = await harness.run("orders", "hi", principal="ann")
+        turns = (await harness.store.get_run(done.run_id)).state["rec"]["models"]
+    assert [t["answer"].get("error") for t in turns] == ["server", "rate_limit", None]
+    attempts = [t["attempt"] for t in turns]
+    assert all(a.startswith("att_") for a in attempts) and len(set(attempts)) == 3
