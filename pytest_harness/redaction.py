@@ -85,6 +85,10 @@ def stable_ids(data: Any) -> Any:
     """
     if isinstance(data, Mapping | list | tuple) and not _may_hold_ids(_text(data)):
         return data
+    return _stable(data)
+
+
+def _stable(data: Any) -> Any:
     seen: dict[str, str] = {}
     counters: dict[str, int] = {}
 
@@ -109,12 +113,19 @@ def stable_ids(data: Any) -> Any:
 
 
 def comparable(value: Any) -> Any:
-    """`value` as recordings compare it: redacted, with generated ids made stable."""
-    if isinstance(value, Mapping | list | tuple):
-        text = _text(value)
-        if not _may_hold_credentials(text) and not _may_hold_ids(text):
-            return value
-    return stable_ids(redact(value))
+    """`value` as recordings compare it: redacted, with generated ids made stable.
+
+    One scan of its JSON text decides which of the two walks are needed (redaction only ever
+    removes text, so it cannot bring an id in).
+    """
+    if not isinstance(value, Mapping | list | tuple):
+        return stable_ids(redact(value))
+    text = _text(value)
+    if _may_hold_credentials(text):
+        value = _redact(value)
+    if _may_hold_ids(text):
+        value = _stable(value)
+    return value
 
 
 def _may_hold_credentials(text: str) -> bool:
