@@ -212,22 +212,23 @@ _CREATE = (
     "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING seq"
 )
 _COMMIT = (
-    "UPDATE runs SET status = ?1, state = ?2, updated_at = ?3, pending_events = ?4, "
-    "pending_approvals = ?5, lease_expires = CASE WHEN ?9 THEN NULL "
-    "WHEN ?6 IS NULL OR lease_owner IS NULL THEN lease_expires ELSE ?6 END, "
-    "lease_owner = CASE WHEN ?9 THEN NULL ELSE lease_owner END, "
-    "control = CASE WHEN control = ?10 THEN NULL ELSE control END "
-    "WHERE run_id = ?7 AND lease_token = ?8 RETURNING control"
+    "UPDATE runs SET status = :status, state = :state, updated_at = :now, "
+    "pending_events = :events, pending_approvals = :approvals, "
+    "lease_expires = CASE WHEN :release THEN NULL "
+    "WHEN :expires IS NULL OR lease_owner IS NULL THEN lease_expires ELSE :expires END, "
+    "lease_owner = CASE WHEN :release THEN NULL ELSE lease_owner END, "
+    "control = CASE WHEN control = :clear_control THEN NULL ELSE control END "
+    "WHERE run_id = :run_id AND lease_token = :token RETURNING control"
 )
 _CONTROL = (
-    "UPDATE runs SET control = CASE WHEN control = 'cancel' THEN 'cancel' ELSE ?1 END, "
-    "updated_at = ?2 "
-    f"WHERE run_id = ?3 AND status IN (SELECT value FROM json_each(?4)) RETURNING {_RUN}"
+    "UPDATE runs SET control = CASE WHEN control = 'cancel' THEN 'cancel' ELSE :control END, "
+    "updated_at = :now "
+    f"WHERE run_id = :run_id AND status IN (SELECT value FROM json_each(:wanted)) RETURNING {_RUN}"
 )
 _ACQUIRE = (
-    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = ?1, lease_expires = ?2 "
-    "WHERE run_id = ?3 AND (lease_owner IS NULL OR lease_owner = ?1 OR lease_expires IS NULL "
-    "OR lease_expires <= ?4) RETURNING lease_token"
+    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = :owner, lease_expires = :expires "
+    "WHERE run_id = :run_id AND (lease_owner IS NULL OR lease_owner = :owner "
+    "OR lease_expires IS NULL OR lease_expires <= :now) RETURNING lease_token"
 )
 _RENEW = (
     "UPDATE runs SET lease_expires = ? "
@@ -514,7 +515,12 @@ class SQLiteStore:
         return StoreError(message)
 
     async def _q(
-        self, what: str, sql: str, params: Sequence[Any] = (), *, write: bool = False
+        self,
+        what: str,
+        sql: str,
+        params: Sequence[Any] | Mapping[str, Any] = (),
+        *,
+        write: bool = False,
     ) -> list[_Row]:
         """Run one statement (one hop to the connection's thread) and fetch its rows."""
         conn = self._conn
@@ -624,7 +630,12 @@ class SQLiteStore:
         what = f"take the lease of run {run_id}"
         for _ in range(3):
             now = time.time()
-            rows = await self._q(what, _ACQUIRE, (owner, now + ttl, run_id, now), write=True)
+            rows = await self._q(
+                what,
+                _ACQUIRE,
+                {"owner": owner, "expires": now + ttl, "run_id": run_id, "now": now},
+                write=True,
+            )
             if rows:
                 return int(rows[0][0])
             held = await self._q(
@@ -716,18 +727,18 @@ class SQLiteStore:
         )
         now = time.time()
         expires = None if lease_ttl is None else now + lease_ttl
-        params = (
-            _text(status),
-            state_json,
-            now,
-            events_json,
-            approvals_json,
-            expires,
-            run_id,
-            token,
-            release,
-            clear_control,
-        )
+        params = {
+            "status": _text(status),
+            "state": state_json,
+            "now": now,
+            "events": events_json,
+            "approvals": approvals_json,
+            "expires": expires,
+            "run_id": run_id,
+            "token": token,
+            "release": release,
+            "clear_control": clear_control,
+        }
         try:
             written = await self._q(f"commit run {run_id}", _COMMIT, params, write=True)
         except StoreError as exc:
@@ -748,7 +759,7 @@ class SQLiteStore:
         rows = await self._q(
             f"request {control} of run {run_id}",
             _CONTROL,
-            (control, time.time(), run_id, wanted),
+            {"control": control, "now": time.time(), "run_id": run_id, "wanted": wanted},
             write=True,
         )
         if rows:

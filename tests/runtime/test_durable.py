@@ -322,11 +322,12 @@ async def test_a_run_whose_stored_state_is_damaged_is_a_store_error_and_keeps_no
     on_sqlite: Durable,
 ) -> None:
     import sqlite3
+    from contextlib import closing
 
     app = on_sqlite
     async with app.open() as harness, app.open() as other:
         run_id = await interrupt(harness, app, "lookup", "lookup 1")
-        with sqlite3.connect(app.root / "state.db") as db:
+        with closing(sqlite3.connect(app.root / "state.db")) as db, db:
             db.execute(
                 "UPDATE runs SET state = json_set(state, '$.usage.steps', 'many') WHERE run_id = ?",
                 (run_id,),
