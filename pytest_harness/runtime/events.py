@@ -16,8 +16,11 @@ Two things make following prompt without a busy loop:
   does.
 
 The stream ends once every event is yielded and the run is no longer `running` (it ended, or
-waits for an approval, a resolution or a resume). A subscriber that stops iterating does not
-affect the run.
+waits for an approval, a resolution or a resume), or when nothing drives it any more: its driver
+stopped without a final commit (a failed write released the lease) or, on a store with leases
+that are renewed, the lease expired (the worker died). Such a run is interrupted; `recover()` or
+`resume()` continues it, and a new stream follows it then. A subscriber that stops iterating
+does not affect the run.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from pytest_harness.store.base import Event, EventDraft, Store, parse_cursor
+from pytest_harness.store.base import Event, EventDraft, RunRecord, Store, parse_cursor
 
 __all__ = ["EventHub", "follow"]
 
@@ -105,6 +108,14 @@ def _live_key(event: Event) -> tuple[str, Any, Any] | None:
     return None
 
 
+def _abandoned(record: RunRecord, store_kind: str) -> bool:
+    """Whether a `running` run has no driver: its lease was released or (renewed leases) lapsed."""
+    if record.lease_owner is None:
+        return True
+    # The memory store's leases are not renewed (one process, no other worker to keep out).
+    return store_kind != "memory" and not record.lease_live(time.time())
+
+
 async def follow(
     store: Store,
     hub: EventHub,
@@ -130,7 +141,8 @@ async def follow(
             sub.wake.clear()
             # The status first: when it says the run stopped, the commit that stopped it (and
             # every event before it) is already visible to the read of the events below.
-            status = (await store.get_run(run_id)).status
+            record = await store.get_run(run_id)
+            status = record.status
             batch = await store.events(run_id, after=cursor)
             for event in batch:
                 cursor = event.cursor
@@ -148,7 +160,7 @@ async def follow(
                 if key is not None:
                     seen.add(key)
                 yield event
-            if status != "running":
+            if status != "running" or _abandoned(record, store.kind):
                 return
             if batch:
                 delay = POLL_MIN

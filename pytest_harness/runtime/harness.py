@@ -618,6 +618,7 @@ class Harness:
                     await store.release_lease(run_id, token)
         finally:
             self._driving.discard(run_id)
+            self._hub.committed(run_id)  # streams re-read: a driver that failed ends them
         assert driver is not None  # only an exception leaves it unset
         if driver.released and driver.control is not None and not result.status.ended:
             # A pause or cancel arrived with the commit that suspended the run.

@@ -581,6 +581,34 @@ async def test_stream_follows_a_run_live_and_ends_with_it(durable: Durable) -> N
     assert deltas[0]["attempt"] == live[0].data["attempt"]
 
 
+async def test_a_stream_ends_when_a_failed_write_stops_the_driver(on_sqlite: Durable) -> None:
+    """A driver that dies on a failed commit leaves no subscriber waiting forever."""
+    import sqlite3
+    from contextlib import closing
+
+    app = on_sqlite
+    app.spec.write_text(
+        app.spec.read_text().replace("lease: 5s", "lease: 1s, busy_timeout: 0.1s"),
+        encoding="utf-8",
+    )
+    gate = app.gate("lookup")
+    async with app.open() as harness:
+        handle = await harness.submit("t", "lookup 1", principal="ann")
+        await app.reached("lookup")
+        with closing(sqlite3.connect(app.root / "state.db", isolation_level=None)) as other:
+            other.execute("BEGIN EXCLUSIVE")  # the tool result's commit cannot get the lock
+            gate.set()
+            with pytest.raises(ph.StoreError, match="locked"):
+                await handle.result()
+            other.execute("ROLLBACK")
+        seen = await asyncio.wait_for(collect(handle.events()), 10)
+        assert kinds(seen) == ["run_started", "tool_call_start"]
+        assert (await harness.result(handle.run_id)).status is ph.RunStatus.RUNNING
+        [recovered] = await harness.recover()  # interrupted, not lost: the lease lapses
+    assert recovered.run_id == handle.run_id and recovered.ok
+    assert len(app.calls("lookup")) == 2  # a safe tool whose result was never committed
+
+
 async def test_reconnecting_after_a_cursor_has_no_gaps_or_repeats(durable: Durable) -> None:
     async with durable.open() as harness:
         done = await harness.run("t", "lookup 1, refund 2", principal="ann")
