@@ -68,3 +68,16 @@ def harness_guard_checks() -> Mapping[str, GuardCheckFactory]:  # type: ignore[e
 @hookspec
 def harness_report_renderers() -> Mapping[str, Callable[..., Any]]:  # type: ignore[empty-body]
     """Renderers of replay reports by format name (`text`, `rich`, `json`, …)."""
+
+
+@hookspec
+def harness_checkpoint(session_id: str, run_id: str, status: str, phase: str) -> None:
+    """A run committed a boundary: called after the write, never before it.
+
+    `status` is the run's status as committed (`running`, `awaiting_approval`, `completed`, …)
+    and `phase` names the boundary (`run.started`, `tool.dispatched`, `run.ended`, …; see
+    `pytest_harness.runtime.boundaries`). Use it to export metrics or tell a UI. It is called
+    in the driving worker's event loop, so keep it quick (hand slow work to a queue or a
+    thread). A hook that raises is logged (logger `pytest_harness.plugins`) and changes nothing:
+    the run goes on, and the other plugins' hooks are still called.
+    """

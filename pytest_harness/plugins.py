@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
@@ -11,9 +12,10 @@ import pluggy
 from pytest_harness import hookspecs
 from pytest_harness.errors import HarnessError
 
-__all__ = ["Registry", "plugin_manager", "registry"]
+__all__ = ["Registry", "notify_checkpoint", "plugin_manager", "registry"]
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -56,3 +58,25 @@ def registry(hook: str) -> Registry:
     """The merged results of one collecting hook (`harness_stores`, …)."""
     caller = getattr(plugin_manager().hook, hook)
     return Registry(hook.removeprefix("harness_").replace("_", " ").rstrip("s"), caller())
+
+
+def notify_checkpoint(*, session_id: str, run_id: str, status: str, phase: str) -> None:
+    """Call every `harness_checkpoint` hook after a committed boundary, each on its own.
+
+    A hook that raises is logged with its plugin's name and does not stop the others; nothing
+    it does can change the run, which has already committed.
+    """
+    caller = plugin_manager().hook.harness_checkpoint
+    given = {"session_id": session_id, "run_id": run_id, "status": status, "phase": phase}
+    for impl in caller.get_hookimpls():
+        try:  # an implementation may take only some of the arguments, as in any pluggy call
+            impl.function(**{name: given[name] for name in impl.argnames})
+        except Exception:
+            logger.exception(
+                "harness_checkpoint hook of plugin %r raised at %s of run %s (status %s); "
+                "the run goes on",
+                impl.plugin_name,
+                phase,
+                run_id,
+                status,
+            )

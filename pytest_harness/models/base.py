@@ -71,6 +71,10 @@ class ModelRequest:
     attempt_id: str = ""
     on_text: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     """Streaming providers call this with each piece of answer text as it arrives."""
+    on_first_event: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    """Providers that see the reply start (an HTTP response's first byte, a stream's first
+    event) call this then, so the run can hold the model to its `first_event_timeout`. A
+    provider that never calls it is timed to its first `on_text` piece or its answer."""
 
     def content(self) -> dict[str, Any]:
         """The request as plain JSON: what a recording keeps and a replay compares."""

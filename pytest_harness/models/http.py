@@ -200,10 +200,11 @@ class HttpProvider:
         try:
             async with asyncio.timeout(self.timeout):
                 if request.on_text is None:
-                    data = await self._post(key, self.body(request, stream=False))
+                    body = self.body(request, stream=False)
+                    data = await self._post(key, body, request.on_first_event)
                 else:
                     body = self.body(request, stream=True)
-                    data = await self._stream(key, body, request.on_text)
+                    data = await self._stream(key, body, request.on_text, request.on_first_event)
             return self.parse(data, request)
         except TimeoutError:
             failure = self.error("timeout", f"no answer within {self.timeout:g}s")
@@ -232,9 +233,16 @@ class HttpProvider:
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), verify=_tls_context())
 
-    async def _post(self, key: str, body: dict[str, Any]) -> Any:
-        async with self._client() as client:
-            response = await client.post(self.endpoint, headers=self.headers(key), json=body)
+    async def _post(
+        self, key: str, body: dict[str, Any], on_first_event: Callable[[], None] | None
+    ) -> Any:
+        async with (
+            self._client() as client,
+            client.stream("POST", self.endpoint, headers=self.headers(key), json=body) as response,
+        ):
+            if on_first_event is not None:
+                on_first_event()  # the status line and headers: the reply's first bytes
+            await response.aread()
         if not response.is_success:
             raise self.status_error(response, key)
         try:
@@ -245,16 +253,28 @@ class HttpProvider:
                 f"{_snippet(response.content)}"
             ) from None
 
-    async def _stream(self, key: str, body: dict[str, Any], on_text: Callable[[str], None]) -> Any:
+    async def _stream(
+        self,
+        key: str,
+        body: dict[str, Any],
+        on_text: Callable[[str], None],
+        on_first_event: Callable[[], None] | None,
+    ) -> Any:
         state = self.stream_state()
         async with (
             self._client() as client,
             client.stream("POST", self.endpoint, headers=self.headers(key), json=body) as response,
         ):
             if not response.is_success:
+                if on_first_event is not None:
+                    on_first_event()  # an error status is a reply, not a silence
                 await response.aread()
                 raise self.status_error(response, key)
+            first = on_first_event
             async for event, data in iter_sse(response.aiter_lines()):
+                if first is not None:  # the stream's first event, not just its headers
+                    first()
+                    first = None
                 delta = state.feed(event, data)
                 if delta:
                     on_text(delta)

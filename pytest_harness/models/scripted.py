@@ -45,7 +45,7 @@ class _UsageItem(BaseModel):
     output_tokens: int = Field(0, ge=0)
 
 
-TURN_KEYS = ("call", "args", "calls", "say", "usage", "error", "delay")
+TURN_KEYS = ("call", "args", "calls", "say", "usage", "error", "retry_after", "delay")
 
 
 class ScriptTurn(BaseModel):
@@ -59,6 +59,8 @@ class ScriptTurn(BaseModel):
     say: str | None = None
     usage: _UsageItem | None = None
     error: Literal["rate_limit", "server", "timeout", "refusal"] | None = None
+    retry_after: Duration | None = None
+    """With `error`: the wait the simulated server asks for before a retry (`Retry-After`)."""
     delay: Duration = 0.0
 
     @model_validator(mode="after")
@@ -69,6 +71,8 @@ class ScriptTurn(BaseModel):
             raise ValueError("`args` belongs to `call`; this turn has no `call`")
         if self.error is not None and (self.call or self.calls or self.say is not None):
             raise ValueError("an `error` turn cannot also answer with `say` or tool calls")
+        if self.retry_after is not None and self.error is None:
+            raise ValueError("`retry_after` belongs to an `error` turn; this turn has no `error`")
         if self.error is None and self.call is None and self.calls is None and self.say is None:
             raise ValueError("a turn needs one of `say`, `call`, `calls` or `error`")
         return self
@@ -232,13 +236,16 @@ class ScriptedProvider:
                 turn.error,
                 f"scripted {turn.error} error at turn {request.turn + 1} of task {request.task!r}",
                 model=self.model_name,
+                retry_after=turn.retry_after,
             )
         calls = turn.proposed_calls(request.turn)
         usage = _usage(turn, request, calls)
         return ModelResponse(text=turn.say, calls=calls, usage=usage)
 
     def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
-        """Scripted errors are retried at once: waiting would only slow the tests down."""
+        """The turn's `retry_after`, else none: waiting would only slow the tests down."""
+        if error is not None and error.retry_after is not None:
+            return error.retry_after
         return 0.0
 
 

@@ -32,6 +32,7 @@ or after the dispatch commit of a call it has not invoked yet (the dispatch is u
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -49,18 +50,20 @@ from pytest_harness.errors import (
 )
 from pytest_harness.models.base import (
     Message,
-    ModelProvider,
     ModelRequest,
     ModelResponse,
     content_digest,
 )
 from pytest_harness.models.live import live_models_allowed
+from pytest_harness.plugins import notify_checkpoint
 from pytest_harness.redaction import comparable
+from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.guards import GuardContext, apply_guards
 from pytest_harness.runtime.plan import ModelLink, TaskPlan
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
+from pytest_harness.runtime.retrying import RetryClock, budget_message, first_event_message
 from pytest_harness.runtime.rules import evaluate_rules
 from pytest_harness.runtime.state import RunState, result_from_state
 from pytest_harness.runtime.trace import Decision
@@ -108,21 +111,6 @@ def _retryable(error: BaseException) -> bool:
     return isinstance(error, ModelError) and error.retryable
 
 
-def _backoff(provider: ModelProvider, attempts: int) -> Callable[[Any], float]:
-    """The wait for tenacity: the provider's delay before retry n, after the error it got."""
-
-    def wait(state: Any) -> float:
-        if state.attempt_number >= attempts:  # no retry follows: nothing to wait for
-            return 0.0
-        outcome = state.outcome
-        error = outcome.exception() if outcome is not None else None
-        return provider.retry_delay(
-            state.attempt_number, error if isinstance(error, ModelError) else None
-        )
-
-    return wait
-
-
 class _Deadline(Exception):
     """The run's deadline passed while waiting on a model or a tool."""
 
@@ -155,6 +143,7 @@ class Driver:
         token: int,
         *,
         interrupted: bool = False,
+        last_alive: float | None = None,
     ) -> None:
         self.ctx = ctx
         self.plan = plan
@@ -180,6 +169,14 @@ class Driver:
         """The last attempt that streamed text."""
         self._started = time.monotonic()
         self._elapsed0 = self.state.elapsed
+        waiting = self.state.waiting
+        if waiting is not None and interrupted:
+            # An attempt its worker left waiting for a first event: the server had until that
+            # worker's last sign of life (its last lease renewal) to start replying.
+            alive = min(time.time(), last_alive if last_alive is not None else waiting["since"])
+            waiting["carried"] = float(waiting.get("carried", 0.0)) + max(
+                0.0, alive - float(waiting["since"])
+            )
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -302,22 +299,30 @@ class Driver:
         """Ask the task's model, retrying and then falling back; every attempt is a turn.
 
         A `rate_limit`, `server` or `timeout` error is retried `retries` times with the
-        provider's backoff (tenacity drives the attempts); then, or at once for another
-        error, the next fallback model is asked. A `refusal` fails the run: another model
+        provider's backoff (tenacity drives the attempts), while the waits fit in what is left
+        of the model's `retry_budget` for this run; each retry's failed attempt is committed
+        (`model.failed`) with its wait charged before the wait starts. Then, or at once for
+        another error, the next fallback model is asked. A `refusal` fails the run: another model
         would not make the request acceptable.
         """
-        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+        from tenacity import AsyncRetrying, retry_if_exception
 
         last: ModelError | None = None
         for link in self.plan.models:
             if link.provider.live and not live_models_allowed():
                 raise LiveModelBlocked(link.provider.name, link.name)
-            attempts = link.spec.retries + 1
+            clock = self._clock(link.name)
+            retry_clock = RetryClock(
+                link.provider,
+                attempts=link.spec.retries + 1,
+                budget=link.spec.retry_budget,
+                clock=clock,
+            )
             retrying = AsyncRetrying(
-                stop=stop_after_attempt(attempts),
+                stop=retry_clock.stop,
                 retry=retry_if_exception(_retryable),
-                wait=_backoff(link.provider, attempts),
-                sleep=self._sleep,
+                wait=retry_clock.wait,
+                sleep=self._retry_sleep(clock),
                 reraise=True,
             )
             try:
@@ -326,6 +331,9 @@ class Driver:
                         response = await self._attempt(link)
             except ModelError as exc:
                 last = exc
+                if retry_clock.spent is not None:
+                    why = budget_message(link.name, link.spec.retry_budget, retry_clock.spent)
+                    last = ModelError(exc.kind, f"{exc}; {why}", model=exc.model)
                 if exc.kind == "refusal":
                     raise
                 continue
@@ -337,8 +345,8 @@ class Driver:
     async def _attempt(self, link: ModelLink) -> ModelResponse:
         """One model attempt: a new request, a turn, and its answer or error in the record."""
         state = self.state
-        request = self._request(link)
-        state.turns[link.name] = request.turn + 1
+        arrived = asyncio.Event()
+        request = self._request(link, arrived)
         if self._reset is not None:
             self._announce(
                 EventDraft(
@@ -354,10 +362,14 @@ class Driver:
             )
             self._reset = None
         try:
-            response: ModelResponse = await self._within_deadline(
-                link.provider.complete(request), link.spec.timeout, f"model {link.name}"
-            )
+            if link.spec.first_event_timeout is None:
+                response: ModelResponse = await self._within_deadline(
+                    link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+                )
+            else:
+                response = await self._timed_attempt(link, request, arrived)
         except ModelError as exc:
+            state.turns[link.name] = request.turn + 1
             self._record_turn(link, request, {"error": exc.kind, "message": str(exc)})
             self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
             if exc.kind in _UNKNOWN_CHARGE:
@@ -365,10 +377,75 @@ class Driver:
             if self._streamed == request.attempt_id:
                 self._reset = "retry"  # its text was streamed: the next attempt replaces it
             raise
+        state.turns[link.name] = request.turn + 1
         self._record_turn(link, request, _answer(response))
         return response
 
-    def _request(self, link: ModelLink) -> ModelRequest:
+    async def _timed_attempt(
+        self, link: ModelLink, request: ModelRequest, arrived: asyncio.Event
+    ) -> ModelResponse:
+        """Ask the model, holding it to its `first_event_timeout`.
+
+        What an attempt that a stopped worker left unanswered already waited is taken off the
+        limit. The start and the first event are committed (`model.started`,
+        `model.first_event`), so that a resumed run knows how long the server has been silent.
+        """
+        state = self.state
+        limit = link.spec.first_event_timeout
+        assert limit is not None
+        waiting = state.waiting
+        carried = 0.0
+        if waiting is not None and waiting.get("model") == link.name:
+            carried = min(limit, float(waiting.get("carried", 0.0)))
+        state.waiting = {
+            "model": link.name,
+            "attempt": request.attempt_id,
+            "since": time.time(),
+            "carried": carried,
+        }
+        await self._commit([], phase=Boundary.MODEL_STARTED)
+        started = time.monotonic()
+        call = asyncio.ensure_future(
+            self._within_deadline(
+                link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+            )
+        )
+        signal = asyncio.ensure_future(arrived.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {call, signal}, timeout=limit - carried, return_when=asyncio.FIRST_COMPLETED
+            )
+        except BaseException:
+            call.cancel()
+            raise
+        finally:
+            signal.cancel()
+        state.waiting = None
+        if not done:
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await call
+            raise ModelError(
+                "timeout", first_event_message(link.name, limit, carried), model=link.name
+            )
+        clock = self._clock(link.name)
+        latency = round(carried + time.monotonic() - started, 6)
+        clock["first_event_last"] = latency
+        clock["first_event_slowest"] = max(clock.get("first_event_slowest", 0.0), latency)
+        if call not in done:  # the reply has started and goes on: say so in the store
+            try:
+                await self._commit([], phase=Boundary.MODEL_FIRST_EVENT)
+            except BaseException:
+                call.cancel()
+                raise
+        result: ModelResponse = await call
+        return result
+
+    def _clock(self, model: str) -> dict[str, float]:
+        """The retry and first-event figures of `model` in this run's state."""
+        return self.state.clocks.setdefault(model, {})
+
+    def _request(self, link: ModelLink, arrived: asyncio.Event) -> ModelRequest:
         attempt_id = f"att_{uuid.uuid4().hex}"
         run_id = self.record.run_id
         hub = self.ctx.hub
@@ -377,7 +454,7 @@ class Driver:
         # so nobody pays for streaming that nobody reads.
         on_text = None
         if not link.provider.live or (hub is not None and hub.watching(run_id)):
-            on_text = self._text_sink(attempt_id)
+            on_text = self._text_sink(attempt_id, arrived)
         return ModelRequest(
             task=self.plan.name,
             model=link.name,
@@ -389,9 +466,10 @@ class Driver:
             input=self.record.input,
             attempt_id=attempt_id,
             on_text=on_text,
+            on_first_event=arrived.set,
         )
 
-    def _text_sink(self, attempt_id: str) -> Callable[[str], None]:
+    def _text_sink(self, attempt_id: str, arrived: asyncio.Event) -> Callable[[str], None]:
         """The `on_text` of one attempt: each piece becomes a `text_delta` event."""
         seq = 0
 
@@ -399,6 +477,7 @@ class Driver:
             nonlocal seq
             if not delta:
                 return
+            arrived.set()
             seq += 1
             self._streamed = attempt_id
             self._announce(
@@ -472,7 +551,9 @@ class Driver:
             )
             for a in approvals
         ]
-        return await self._suspend(RunStatus.AWAITING_APPROVAL, events, approvals)
+        return await self._suspend(
+            RunStatus.AWAITING_APPROVAL, events, approvals, phase=Boundary.APPROVAL_REQUESTED
+        )
 
     # -- tools ------------------------------------------------------------------------------
 
@@ -520,7 +601,9 @@ class Driver:
                     "attempt": call["attempt"],
                 },
             )
-            return await self._suspend(RunStatus.AWAITING_RESOLUTION, [event], [])
+            return await self._suspend(
+                RunStatus.AWAITING_RESOLUTION, [event], [], phase=Boundary.TOOL_INTERRUPTED
+            )
         if budget.tool_calls is not None and state.tool_calls >= budget.tool_calls:
             return await self._limit("tool_calls", budget.tool_calls, state.tool_calls)
         remaining = self._remaining()
@@ -539,7 +622,8 @@ class Driver:
                         "attempt": call["attempt"],
                     },
                 )
-            ]
+            ],
+            phase=Boundary.TOOL_DISPATCHED,
         )
         if self.control is not None and previous != "dispatched":
             # Asked to stop before the tool started: undo the dispatch, so a resumed run
@@ -568,7 +652,8 @@ class Driver:
                     "tool_result",
                     {"execution_key": call["key"], "tool": call["name"], "ok": outcome.ok},
                 )
-            ]
+            ],
+            phase=Boundary.TOOL_RETURNED,
         )
         if outcome.kind == "deadline":
             return await self._limit_deadline()
@@ -627,7 +712,7 @@ class Driver:
         """Act on the pending control request: `cancel` ends the run, `pause` suspends it."""
         if self.control == "cancel":
             return await self._end(RunStatus.CANCELLED)
-        return await self._suspend(RunStatus.PAUSED, [], [])
+        return await self._suspend(RunStatus.PAUSED, [], [], phase=Boundary.RUN_PAUSED)
 
     async def stop(self) -> RunResult:
         """Act on the run's pending control request under this driver's lease, and nothing else."""
@@ -644,15 +729,20 @@ class Driver:
             events.append(EventDraft("text_complete", {"text": state.output}))
         events.append(EventDraft("status_changed", {"status": status.value}))
         events.append(EventDraft("run_result", {"status": status.value}))
-        await self._commit(events, release=True)
+        await self._commit(events, release=True, phase=Boundary.RUN_ENDED)
         return self.result()
 
     async def _suspend(
-        self, status: RunStatus, events: list[EventDraft], approvals: list[NewApproval]
+        self,
+        status: RunStatus,
+        events: list[EventDraft],
+        approvals: list[NewApproval],
+        *,
+        phase: Boundary = Boundary.RUN_SUSPENDED,
     ) -> RunResult:
         self.status = status
         events.append(EventDraft("status_changed", {"status": status.value}))
-        await self._commit(events, approvals, release=True)
+        await self._commit(events, approvals, release=True, phase=phase)
         return self.result()
 
     async def _commit(
@@ -661,9 +751,16 @@ class Driver:
         approvals: list[NewApproval] | None = None,
         *,
         release: bool = False,
+        phase: Boundary,
     ) -> None:
+        """Commit the state as one boundary, then tell the `harness_checkpoint` hooks.
+
+        The queued events go with it; those queued while the write is under way (a stream's
+        text arriving meanwhile) wait for the next boundary.
+        """
         self.state.elapsed = self._elapsed()
-        if self._pending:
+        taken = len(self._pending)
+        if taken:
             events = [*self._pending, *events]
         status = self.status
         # A pause or an end acts on the pending request; a suspension for a person keeps it,
@@ -681,11 +778,17 @@ class Driver:
             release=release,
             clear_control=acted,
         )
-        self._pending.clear()
+        del self._pending[:taken]
         self.released = release
         hub = self.ctx.hub
         if hub is not None:
             hub.committed(run_id)
+        notify_checkpoint(
+            session_id=self.record.session_id,
+            run_id=run_id,
+            status=status.value,
+            phase=phase.value,
+        )
 
     def result(self) -> RunResult:
         """The run's result as of the last commit."""
@@ -750,12 +853,23 @@ class Driver:
                 raise _Deadline from None
             raise ModelError("timeout", f"{what} did not answer within {timeout}s") from None
 
-    async def _sleep(self, seconds: float) -> None:
-        if seconds > 0:
+    def _retry_sleep(self, clock: dict[str, float]) -> Callable[[float], Any]:
+        """Tenacity's `sleep` for one model: charge the wait to its clock, commit, then wait.
+
+        The failed attempt and the charged wait are committed before the wait starts, so a
+        worker that stops during it leaves the wait counted: a resumed run never gets it back.
+        """
+
+        async def sleep(seconds: float) -> None:
             remaining = self._remaining()
-            if remaining is not None and seconds >= remaining:
+            if seconds > 0 and remaining is not None and seconds >= remaining:
                 raise _Deadline
-            await asyncio.sleep(seconds)
+            clock["retry_waited"] = round(clock.get("retry_waited", 0.0) + seconds, 6)
+            await self._commit([], phase=Boundary.MODEL_FAILED)
+            if seconds > 0:
+                await asyncio.sleep(seconds)
+
+        return sleep
 
     async def _renew_lease(self) -> None:
         """Extend the lease about every third of its length while the run is driven.
@@ -825,7 +939,7 @@ class Driver:
         self.status = status
         waiting = status is not RunStatus.RUNNING
         events = [EventDraft("status_changed", {"status": status.value})] if changed else []
-        await self._commit(events, release=waiting)
+        await self._commit(events, release=waiting, phase=Boundary.TOOL_RESOLVED)
         return self.result()
 
     def apply_decisions(self, decided: Mapping[str, ApprovalRow]) -> None:

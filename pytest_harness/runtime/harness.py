@@ -31,7 +31,8 @@ from pytest_harness.errors import (
 )
 from pytest_harness.hookspecs import StoreFactory
 from pytest_harness.models.base import Message
-from pytest_harness.plugins import registry
+from pytest_harness.plugins import notify_checkpoint, registry
+from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.engine import DriveContext, Driver, args_digest, execution_key
 from pytest_harness.runtime.events import EventHub, follow
 from pytest_harness.runtime.plan import Plans, TaskPlan
@@ -540,7 +541,7 @@ class Harness:
         await self._open()
         run_id = f"run_{uuid.uuid4().hex}"
         merged_labels = {**plan.spec.labels, **(labels or {})}
-        return await self.store.create_run(
+        record, created = await self.store.create_run(
             NewRun(
                 run_id=run_id,
                 session_id=session_id or f"ses_{uuid.uuid4().hex}",
@@ -557,6 +558,14 @@ class Harness:
                 lease_ttl=self.spec.document.state.lease,
             )
         )
+        if created:
+            notify_checkpoint(
+                session_id=record.session_id,
+                run_id=record.run_id,
+                status=record.status,
+                phase=Boundary.RUN_STARTED.value,
+            )
+        return record, created
 
     async def _drive(
         self,
@@ -584,6 +593,8 @@ class Harness:
         lease = self.spec.document.state.lease
         if run_id in self._driving:
             raise RunBusy(run_id, self.owner, max(0.0, (record.lease_expires or 0) - time.time()))
+        # The previous holder renewed its lease last at about `lease_expires - lease`.
+        last_alive = None if record.lease_expires is None else record.lease_expires - lease
         self._driving.add(run_id)
         try:
             token = record.lease_token
@@ -605,7 +616,9 @@ class Harness:
                     hub=self._hub,
                 )
                 try:
-                    driver = Driver(ctx, plan, record, token, interrupted=interrupted)
+                    driver = Driver(
+                        ctx, plan, record, token, interrupted=interrupted, last_alive=last_alive
+                    )
                 except (KeyError, TypeError, ValueError) as exc:
                     raise StoreError(
                         f"run {run_id}: its stored state cannot be read "

@@ -1,12 +1,13 @@
 """A run's checkpoint: what the store keeps so that any process can continue the run.
 
 The state is plain JSON: the run's messages, the model turns taken, what it spent, the active
-time used against its deadline, its trace, and the tool calls of the current model answer with
-how far each got: `planned` → `dispatched` (intent committed, the tool may be running) →
-`done` (outcome committed). A `dispatched` call found by a worker that resumes an interrupted
-run becomes `uncertain` when its tool's replay policy is `manual`; `Harness.resolve` settles it
-(`done`) or sends it back to be invoked again (`retry`). `result_from_state` turns the state
-into the `RunResult` callers see.
+time used against its deadline, each model's retry waits and first-event times (so a resumed
+run continues with what is left of its `retry_budget` and `first_event_timeout`), its trace,
+and the tool calls of the current model answer with how far each got: `planned` →
+`dispatched` (intent committed, the tool may be running) → `done` (outcome committed). A
+`dispatched` call found by a worker that resumes an interrupted run becomes `uncertain` when its
+tool's replay policy is `manual`; `Harness.resolve` settles it (`done`) or sends it back to be
+invoked again (`retry`). `result_from_state` turns the state into the `RunResult` callers see.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ class RunState:
     """A model attempt failed after it may have been charged (a server error, a time-out)."""
     elapsed: float = 0.0
     """Active seconds spent, counted against the deadline; waiting for a person is not."""
+    clocks: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per model: `retry_waited` (seconds of retry waits spent of its `retry_budget`), and
+    `first_event_last` / `first_event_slowest` (seconds its attempts took to start replying)."""
+    waiting: dict[str, Any] | None = None
+    """The model attempt waiting for its first byte or event, when its model has a
+    `first_event_timeout`: `model`, `attempt`, `since` (wall-clock start) and `carried`
+    (seconds already waited by attempts of this call that a stopped worker left unanswered)."""
     trace: list[dict[str, Any]] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
     """Tool calls of the current model answer: id, name, args, key, verdict, status, attempt,
@@ -70,6 +78,8 @@ class RunState:
             "turns": self.turns,
             "usage": self.usage().to_dict(),
             "elapsed": self.elapsed,
+            "clocks": self.clocks,
+            "waiting": self.waiting,
             "trace": self.trace,
             "calls": self.calls,
             "output": self.output,
@@ -93,6 +103,8 @@ class RunState:
             tool_calls=int(usage.get("tool_calls", 0)),
             usage_incomplete=bool(usage.get("incomplete", False)),
             elapsed=float(data.get("elapsed", 0.0)),
+            clocks={str(k): dict(v) for k, v in (data.get("clocks") or {}).items()},
+            waiting=dict(data["waiting"]) if data.get("waiting") else None,
             trace=list(data.get("trace") or []),
             calls=[dict(c) for c in data.get("calls") or []],
             output=data.get("output"),

@@ -12,9 +12,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
+    "DEFAULT_RETRY_BUDGET",
     "Budget",
     "Duration",
     "Effect",
@@ -22,6 +23,7 @@ __all__ = [
     "GuardSpec",
     "GuardTarget",
     "ModelSpec",
+    "PositiveDuration",
     "Price",
     "ReplayPolicy",
     "RuleSpec",
@@ -57,6 +59,19 @@ def parse_duration(value: Any) -> float:
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 """Seconds, written as `30s`, `5m`, `2h` or a number."""
+
+
+def _positive(seconds: float) -> float:
+    if seconds <= 0:
+        raise ValueError("must be more than 0 seconds")
+    return seconds
+
+
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_positive)]
+"""A `Duration` that must be more than zero."""
+
+DEFAULT_RETRY_BUDGET = 300.0
+"""Seconds of retry waits one run may spend on one model (`models.<name>.retry_budget`)."""
 
 
 class _Strict(BaseModel):
@@ -111,8 +126,14 @@ class ModelSpec(_Strict):
     base_url: str | None = None
     price: Price = Price()
     retries: int = Field(default=2, ge=0, le=20)
+    retry_budget: PositiveDuration = DEFAULT_RETRY_BUDGET
+    """Seconds of retry waits (backoff, `Retry-After`) one run may spend on this model, counted
+    across processes: a resumed run continues with what is left."""
     fallback: tuple[str, ...] = ()
     timeout: Duration | None = None
+    first_event_timeout: PositiveDuration | None = None
+    """Seconds an attempt may wait for its first byte (its first event when streamed); an
+    attempt that gets none fails as a `timeout`. None: only `timeout` applies."""
     script: str | list[Any] | dict[str, Any] | None = None
     """`scripted`: a script file (relative to the spec) or the turns inline."""
     call: str | None = None

@@ -1,0 +1,103 @@
+"""How long a run may wait on a model: retry waits within a budget, and the first event.
+
+Both are measured in the run's checkpoint state (`RunState.clocks`, `RunState.waiting`), so a
+run resumed in another process, after a crash or an approval, continues with what is left:
+
+* `retry_budget`: the seconds of waits before retries (backoff, a server's `Retry-After`) one
+  run may spend on one model, over all its steps. A wait is charged, and committed, before it
+  starts; a retry whose wait would pass the budget is not made, and the error goes on to the
+  fallback models (or fails the run) with a message that says so.
+* `first_event_timeout`: how long an attempt may wait for its first byte (its first event when
+  streamed). The attempt's start is committed; so is the first event's arrival. An attempt a
+  stopped worker left waiting counts, up to that worker's last lease renewal, against the
+  attempt the resumed run sends in its place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_harness.errors import ModelError
+from pytest_harness.models.base import ModelProvider
+
+__all__ = ["RetryClock", "budget_message", "first_event_message"]
+
+_SLACK = 1e-9
+"""Floating-point slack when a wait exactly fills the budget."""
+
+
+class RetryClock:
+    """The waits before the retries of one model in one step, within its `retry_budget`.
+
+    Tenacity asks `stop` and `wait` after each failed attempt (in either order, depending on
+    its version); both use one delay per attempt, asked of the provider once, so a jittered
+    backoff is the same number for both. `spent` is set when the budget stopped the retries:
+    `(seconds waited, the wait the next retry needed)`.
+    """
+
+    def __init__(
+        self,
+        provider: ModelProvider,
+        *,
+        attempts: int,
+        budget: float,
+        clock: dict[str, float],
+    ) -> None:
+        self.provider = provider
+        self.attempts = attempts
+        self.budget = budget
+        self.clock = clock
+        """The model's figures in the run's state; `retry_waited` is what it spent so far."""
+        self.spent: tuple[float, float] | None = None
+        self._delays: dict[int, float] = {}
+
+    def delay(self, state: Any) -> float:
+        """The provider's delay before the retry that follows attempt `state.attempt_number`."""
+        number = int(state.attempt_number)
+        if number not in self._delays:
+            outcome = state.outcome
+            error = outcome.exception() if outcome is not None else None
+            self._delays[number] = max(
+                0.0,
+                self.provider.retry_delay(number, error if isinstance(error, ModelError) else None),
+            )
+        return self._delays[number]
+
+    def wait(self, state: Any) -> float:
+        """Tenacity's `wait`: nothing after the last attempt, else the provider's delay."""
+        if state.attempt_number >= self.attempts:
+            return 0.0
+        return self.delay(state)
+
+    def stop(self, state: Any) -> bool:
+        """Tenacity's `stop`: after the last attempt, or when the wait would pass the budget."""
+        if state.attempt_number >= self.attempts:
+            return True
+        delay = self.delay(state)
+        waited = self.clock.get("retry_waited", 0.0)
+        if waited + delay > self.budget + _SLACK:
+            self.spent = (waited, delay)
+            return True
+        return False
+
+
+def budget_message(model: str, budget: float, spent: tuple[float, float]) -> str:
+    """Why a model's retries stopped before its `retries` count did."""
+    waited, delay = spent
+    return (
+        f"retry budget of model {model!r} spent: {waited:g}s of its {budget:g}s waited in this "
+        f"run, and the next retry would wait {delay:g}s more (models.{model}.retry_budget)"
+    )
+
+
+def first_event_message(model: str, timeout: float, carried: float) -> str:
+    """The `timeout` error of an attempt that got no first byte or event in time."""
+    earlier = (
+        f", {carried:.3g}s of it waited by an attempt a stopped worker left unanswered"
+        if carried > 0
+        else ""
+    )
+    return (
+        f"model {model!r} sent no first byte or event within its first_event_timeout of "
+        f"{timeout:g}s{earlier}"
+    )
