@@ -63,7 +63,7 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 def _positive(seconds: float) -> float:
     if seconds <= 0:
-        raise ValueError("must be more than 0 seconds")
+        raise ValueError("must be more than zero seconds")
     return seconds
 
 

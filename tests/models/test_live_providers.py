@@ -364,6 +364,7 @@ def request(
     *,
     tools: tuple[ToolSchema, ...] = (),
     on_text: Callable[[str], None] | None = None,
+    on_first_event: Callable[[], None] | None = None,
 ) -> ModelRequest:
     return ModelRequest(
         task="orders",
@@ -375,6 +376,7 @@ def request(
         turn=0,
         input="hi",
         on_text=on_text,
+        on_first_event=on_first_event,
     )
 
 
@@ -1047,3 +1049,78 @@ async def test_httpx_is_imported_only_when_a_live_provider_is_built(tmp_path) ->
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- the first event ------------------------------------------------------------------------------
+
+
+@WIRES
+async def test_the_first_byte_of_a_plain_answer_is_its_first_event(wire: Wire, server) -> None:
+    server.reply(Reply(json=wire.body("late"), delay=0.3))
+    started = time.perf_counter()
+    seen: list[float] = []
+    answer = await wire.make(server).complete(
+        request(on_first_event=lambda: seen.append(time.perf_counter() - started))
+    )
+    assert answer.text == "late"
+    assert len(seen) == 1 and seen[0] >= 0.3
+
+
+@WIRES
+async def test_the_first_event_of_a_stream_is_its_first_event_not_its_headers(
+    wire: Wire, server
+) -> None:
+    go = asyncio.Event()
+    server.reply(Reply(sse=wire.stream(("one ", "two")), hold=go, hold_after=0))
+    order: list[str] = []
+    call = asyncio.ensure_future(
+        wire.make(server).complete(
+            request(
+                on_text=lambda d: order.append(f"text {d}"),
+                on_first_event=lambda: order.append("first"),
+            )
+        )
+    )
+    for _ in range(50):  # the headers went out at once; the first event is held
+        await asyncio.sleep(0.01)
+    assert order == []
+    go.set()
+    answer = await call
+    assert answer.text == "one two"
+    assert order == ["first", "text one ", "text two"]
+
+
+@WIRES
+async def test_an_error_status_is_a_first_event(wire: Wire, server) -> None:
+    server.reply(Reply(429, json={"error": {"message": "slow down"}}))
+    seen: list[bool] = []
+    error = await fails(wire.make(server), request(on_first_event=lambda: seen.append(True)))
+    assert error.kind == "rate_limit" and seen == [True]
+
+
+async def test_a_run_holds_a_silent_server_to_its_first_event_timeout(app, server) -> None:
+    live_app(
+        app,
+        server,
+        f"""
+  default:
+    use: openai
+    model: gpt-test
+    base_url: $URL/v1
+    api_key_env: {KEY_ENV}
+    retries: 1
+    timeout: 10s
+    first_event_timeout: 0.2s
+""",
+    )
+    server.reply(Reply(json=openai_body("too late"), delay=3.0), Reply(json=openai_body("Hi.")))
+    async with ph.load(app.spec) as harness:
+        started = time.perf_counter()
+        result = await harness.run("orders", "hi", principal="ann")
+        took = time.perf_counter() - started
+        stored = await harness.store.get_run(result.run_id)
+    assert result.status is ph.RunStatus.COMPLETED and result.output == "Hi."
+    assert took < 2.0  # not the 3 s the first reply took, nor the 10 s timeout
+    assert [d.detail.get("error") for d in result.trace.of_kind("model")] == ["timeout", None]
+    assert len(server.received) == 2
+    assert stored.state["clocks"]["default"]["first_event_last"] < 0.2

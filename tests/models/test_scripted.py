@@ -50,6 +50,19 @@ async def test_turns_in_python_are_answered_in_order() -> None:
     assert ex.value.task == "t" and ex.value.turn == 5 and "user: 'hi'" in ex.value.last_request
 
 
+async def test_an_error_turn_asks_for_its_retry_after() -> None:
+    provider = ScriptedProvider.from_turns(
+        [{"error": "rate_limit", "retry_after": "1.5s"}, {"error": "server"}]
+    )
+    with pytest.raises(ModelError) as info:
+        await provider.complete(request(0))
+    assert info.value.retry_after == 1.5
+    assert provider.retry_delay(1, info.value) == 1.5
+    with pytest.raises(ModelError) as info:
+        await provider.complete(request(1))
+    assert provider.retry_delay(1, info.value) == 0.0
+
+
 @pytest.mark.parametrize(
     ("turns", "message"),
     [
@@ -58,6 +71,8 @@ async def test_turns_in_python_are_answered_in_order() -> None:
         ([{}], "needs one of"),
         ([{"error": "meltdown"}], r"\[0\].error: .*'meltdown'"),
         ([{"say": "x", "delay": "soon"}], r"\[0\].delay"),
+        ([{"say": "x", "retry_after": "1s"}], "`retry_after` belongs to an `error` turn"),
+        ([{"error": "rate_limit", "retry_after": "-1s"}], r"\[0\].retry_after"),
         (["hello"], "a turn is a mapping"),
         ({"match": [{"task": "a"}]}, "with `turns`"),
         ({"matches": []}, "unknown key 'matches'"),
