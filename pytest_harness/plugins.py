@@ -68,7 +68,7 @@ def notify_checkpoint(*, session_id: str, run_id: str, status: str, phase: str) 
     """
     caller = plugin_manager().hook.harness_checkpoint
     given = {"session_id": session_id, "run_id": run_id, "status": status, "phase": phase}
-    for impl in caller.get_hookimpls():
+    for impl in reversed(caller.get_hookimpls()):  # pluggy's own calling order
         try:  # an implementation may take only some of the arguments, as in any pluggy call
             impl.function(**{name: given[name] for name in impl.argnames})
         except Exception:
