@@ -2,8 +2,9 @@
 
 A plugin is a module or object with `@hookimpl` functions, advertised under the
 `pytest_harness` entry-point group; the built-ins (`pytest_harness.builtins`) register the same
-way. Each hook returns a mapping of names to factories; the manager merges them and refuses two
-plugins claiming one name.
+way. Each collecting hook returns a mapping of names to factories; the manager merges them and
+refuses two plugins claiming one name. `harness_checkpoint` is told of every committed boundary
+of a run (`pytest_harness.plugins.notify_checkpoint` calls it).
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ or after the dispatch commit of a call it has not invoked yet (the dispatch is u
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import time
@@ -63,7 +62,13 @@ from pytest_harness.runtime.guards import GuardContext, apply_guards
 from pytest_harness.runtime.plan import ModelLink, TaskPlan
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
-from pytest_harness.runtime.retrying import RetryClock, budget_message, first_event_message
+from pytest_harness.runtime.retrying import (
+    FirstEvent,
+    RetryClock,
+    budget_message,
+    first_event,
+    first_event_message,
+)
 from pytest_harness.runtime.rules import evaluate_rules
 from pytest_harness.runtime.state import RunState, result_from_state
 from pytest_harness.runtime.trace import Decision
@@ -410,21 +415,9 @@ class Driver:
                 link.provider.complete(request), link.spec.timeout, f"model {link.name}"
             )
         )
-        signal = asyncio.ensure_future(arrived.wait())
-        try:
-            done, _ = await asyncio.wait(
-                {call, signal}, timeout=limit - carried, return_when=asyncio.FIRST_COMPLETED
-            )
-        except BaseException:
-            call.cancel()
-            raise
-        finally:
-            signal.cancel()
+        outcome = await first_event(call, arrived, limit - carried)
         state.waiting = None
-        if not done:
-            call.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await call
+        if outcome is FirstEvent.NONE:
             raise ModelError(
                 "timeout", first_event_message(link.name, limit, carried), model=link.name
             )
@@ -432,7 +425,7 @@ class Driver:
         latency = round(carried + time.monotonic() - started, 6)
         clock["first_event_last"] = latency
         clock["first_event_slowest"] = max(clock.get("first_event_slowest", 0.0), latency)
-        if call not in done:  # the reply has started and goes on: say so in the store
+        if outcome is FirstEvent.STARTED:  # the reply has started and goes on: say so
             try:
                 await self._commit([], phase=Boundary.MODEL_FIRST_EVENT)
             except BaseException:

@@ -15,12 +15,15 @@ run resumed in another process, after a crash or an approval, continues with wha
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from enum import Enum
 from typing import Any
 
 from pytest_harness.errors import ModelError
 from pytest_harness.models.base import ModelProvider
 
-__all__ = ["RetryClock", "budget_message", "first_event_message"]
+__all__ = ["FirstEvent", "RetryClock", "budget_message", "first_event", "first_event_message"]
 
 _SLACK = 1e-9
 """Floating-point slack when a wait exactly fills the budget."""
@@ -101,3 +104,42 @@ def first_event_message(model: str, timeout: float, carried: float) -> str:
         f"model {model!r} sent no first byte or event within its first_event_timeout of "
         f"{timeout:g}s{earlier}"
     )
+
+
+class FirstEvent(Enum):
+    """How a model call met its first-event deadline."""
+
+    ANSWERED = "answered"
+    """The call ended (with an answer or an error) before anything else was seen."""
+    STARTED = "started"
+    """The reply started (`arrived` was set) and the call goes on."""
+    NONE = "none"
+    """Nothing in time: the call was cancelled."""
+
+
+async def first_event(
+    call: asyncio.Future[Any], arrived: asyncio.Event, timeout: float
+) -> FirstEvent:
+    """Wait at most `timeout` seconds for `call` to end or `arrived` to be set.
+
+    On `NONE` the call is cancelled and awaited; if the caller is cancelled meanwhile, the
+    call is cancelled too. The call's own outcome is left in it, for the caller to await.
+    """
+    signal = asyncio.ensure_future(arrived.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {call, signal}, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED
+        )
+    except BaseException:
+        call.cancel()
+        raise
+    finally:
+        signal.cancel()
+    if call in done:
+        return FirstEvent.ANSWERED
+    if done:
+        return FirstEvent.STARTED
+    call.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await call
+    return FirstEvent.NONE
