@@ -9,6 +9,7 @@ A second plugin of the same package raises at every call, and changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -329,5 +330,42 @@ tasks:
         ("run.paused", "paused"),  # the answer itself is the approval's write, not the run's
         ("tool.dispatched", "running"),
         ("tool.returned", "running"),
+        ("run.ended", "completed"),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_the_hook_sees_an_interrupted_call_and_its_resolution(
+    app, recorder: Recorder
+) -> None:
+    """A drive stopped inside a `manual` tool (its task cancelled, as a dying worker's would
+    be) leaves the call uncertain; the resumed run surfaces it, `resolve()` settles it."""
+    app.write(
+        f"""
+models:
+  default:
+    use: scripted
+    script: [{{call: slow, args: {{seconds: 30}}}}, {{say: settled}}]
+tools:
+  slow: {{call: "{app.module}:slow"}}
+tasks:
+  t: {{prompt: p, tools: [slow]}}
+state: {{use: sqlite, path: state.db}}
+""",
+        base=False,
+    )
+    async with ph.load(app.spec) as harness:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(harness.run("t", "go", principal="ann"), 0.5)
+        run_id = recorder.calls[0][0]
+        uncertain = await harness.resume(run_id)
+        assert uncertain.status is ph.RunStatus.AWAITING_RESOLUTION
+        done = await harness.resolve(run_id, uncertain.pending[0].execution_key, result="slept")
+    assert done.ok and done.output == "settled"
+    assert [c[1:] for c in recorder.calls if c[0] == run_id] == [
+        ("run.started", "running"),
+        ("tool.dispatched", "running"),
+        ("tool.interrupted", "awaiting_resolution"),
+        ("tool.resolved", "running"),
         ("run.ended", "completed"),
     ]
