@@ -335,6 +335,7 @@ class Driver:
                     with attempt:
                         response = await self._attempt(link)
             except ModelError as exc:
+                clock.pop("call_failures", None)
                 last = exc
                 if retry_clock.spent is not None:
                     why = budget_message(link.name, link.spec.retry_budget, retry_clock.spent)
@@ -342,6 +343,7 @@ class Driver:
                 if exc.kind == "refusal":
                     raise
                 continue
+            clock.pop("call_failures", None)
             return link, response
         assert last is not None
         tried = ", ".join(link.name for link in self.plan.models)
@@ -858,6 +860,7 @@ class Driver:
             if seconds > 0 and remaining is not None and seconds >= remaining:
                 raise _Deadline
             clock["retry_waited"] = round(clock.get("retry_waited", 0.0) + seconds, 6)
+            clock["call_failures"] = clock.get("call_failures", 0) + 1
             await self._commit([], phase=Boundary.MODEL_FAILED)
             if seconds > 0:
                 await asyncio.sleep(seconds)

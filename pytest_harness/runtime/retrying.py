@@ -34,7 +34,9 @@ class RetryClock:
 
     Tenacity asks `stop` and `wait` after each failed attempt (in either order, depending on
     its version); both use one delay per attempt, asked of the provider once, so a jittered
-    backoff is the same number for both. `spent` is set when the budget stopped the retries:
+    backoff is the same number for both. Attempts are numbered from the failures of this call
+    that a stopped worker already committed (`call_failures`), so a resumed call keeps its
+    `retries` count and its backoff too. `spent` is set when the budget stopped the retries:
     `(seconds waited, the wait the next retry needed)`.
     """
 
@@ -51,12 +53,14 @@ class RetryClock:
         self.budget = budget
         self.clock = clock
         """The model's figures in the run's state; `retry_waited` is what it spent so far."""
+        self.before = int(clock.get("call_failures", 0))
+        """Failed attempts of this call committed by an earlier drive of the run."""
         self.spent: tuple[float, float] | None = None
         self._delays: dict[int, float] = {}
 
     def delay(self, state: Any) -> float:
         """The provider's delay before the retry that follows attempt `state.attempt_number`."""
-        number = int(state.attempt_number)
+        number = self.before + int(state.attempt_number)
         if number not in self._delays:
             outcome = state.outcome
             error = outcome.exception() if outcome is not None else None
@@ -68,13 +72,13 @@ class RetryClock:
 
     def wait(self, state: Any) -> float:
         """Tenacity's `wait`: nothing after the last attempt, else the provider's delay."""
-        if state.attempt_number >= self.attempts:
+        if self.before + state.attempt_number >= self.attempts:
             return 0.0
         return self.delay(state)
 
     def stop(self, state: Any) -> bool:
         """Tenacity's `stop`: after the last attempt, or when the wait would pass the budget."""
-        if state.attempt_number >= self.attempts:
+        if self.before + state.attempt_number >= self.attempts:
             return True
         delay = self.delay(state)
         waited = self.clock.get("retry_waited", 0.0)

@@ -52,8 +52,10 @@ class RunState:
     elapsed: float = 0.0
     """Active seconds spent, counted against the deadline; waiting for a person is not."""
     clocks: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Per model: `retry_waited` (seconds of retry waits spent of its `retry_budget`), and
-    `first_event_last` / `first_event_slowest` (seconds its attempts took to start replying)."""
+    """Per model: `retry_waited` (seconds of retry waits spent of its `retry_budget`),
+    `call_failures` (failed attempts of the call under way, so a resumed call keeps its
+    `retries` count), and `first_event_last` / `first_event_slowest` (seconds its attempts took
+    to start replying)."""
     waiting: dict[str, Any] | None = None
     """The model attempt waiting for its first byte or event, when its model has a
     `first_event_timeout`: `model`, `attempt`, `since` (wall-clock start) and `carried`

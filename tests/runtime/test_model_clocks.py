@@ -7,6 +7,7 @@ The crash cases (a worker SIGKILLed part-way, the run resumed in another process
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -228,3 +229,34 @@ tasks:
         ph.load(app.spec)
     assert message in str(caught.value)
     assert caught.value.key is not None and caught.value.key.startswith("models.default.")
+
+
+async def test_a_call_stopped_mid_retries_keeps_its_retries_count_when_resumed(app) -> None:
+    """The drive is stopped (its task cancelled, as a dying worker's is) during the second
+    wait; the resumed call has the one attempt left of `retries: 3`, not four fresh ones."""
+    app.write(
+        f"""
+models:
+  default:
+    use: scripted
+    retries: 3
+    script: [{limited(0.3, 6)}, {{say: too many tries}}]
+tasks:
+  t: {{prompt: p}}
+state: {{use: sqlite, path: state.db}}
+""",
+        base=False,
+    )
+    async with ph.load(app.spec) as harness:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(harness.run("t", "hi", principal="ann"), 0.45)
+        (summary,) = await harness.runs()
+        stopped = await harness.store.get_run(summary.run_id)
+        assert stopped.state["clocks"]["default"]["call_failures"] == 2
+        result = await harness.resume(summary.run_id)
+        stored = await harness.store.get_run(summary.run_id)
+    assert result.failed and "rate_limit" in result.error["message"]
+    errors = [d.detail.get("error") for d in result.trace.of_kind("model")]
+    assert errors == ["rate_limit"] * 4  # retries: 3 is four attempts in all, across the drives
+    assert "call_failures" not in stored.state["clocks"]["default"]
+    assert stored.state["clocks"]["default"]["retry_waited"] == pytest.approx(0.9)
