@@ -6,7 +6,12 @@ boundary is committed before the next begins, fenced by the worker's lease token
 * a tool's dispatch intent (with its execution key) before the tool is invoked, together with
   the model answer that proposed it;
 * the tool's raw result right after it returns;
+* a failed model attempt that is retried, with its wait charged to the `retry_budget`, and,
+  for a model with a `first_event_timeout`, an attempt's start and its first event;
 * a suspension (with its approval requests) or the end of the run.
+
+Each has a name (`runtime.boundaries.Boundary`), and the `harness_checkpoint` hooks are told of
+it after it commits.
 
 What happens between two commits is recomputed from the last one after a crash: a model answer
 that was never committed is asked for again (a new attempt), guards on a committed result run
