@@ -210,7 +210,8 @@ async def test_a_version_1_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -
     store = SQLiteStore(path)
     record, _ = await store.create_run(new_run())
     await store.close()
-    with raw(path) as conn:  # what version 1 wrote: no control column
+    with raw(path) as conn:  # what version 1 wrote: no control column, no samples
+        conn.execute("DROP TABLE samples")
         conn.execute("ALTER TABLE runs DROP COLUMN control")
         conn.execute("DELETE FROM schema_version WHERE version > 1")
     migrated = SQLiteStore(path)
