@@ -540,6 +540,10 @@ class Harness:
             )
         await self._open()
         recording = Recording.from_run(await self.store.get_run(run_id))
+        if self.evals is not None:  # a recording keeps the grades of the online evals
+            from pytest_harness.evals.replay import with_grades
+
+            recording = await with_grades(self, recording)
         return recording.save(path)
 
     # -- online evals -----------------------------------------------------------------------
