@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from pytest_harness.errors import SpecError
 from pytest_harness.hookspecs import GuardCheckFactory
 from pytest_harness.runtime.guards import GuardChecker, GuardContext
 from pytest_harness.runtime.results import RunResult
@@ -112,7 +113,11 @@ def _guard_check(check: str, grader: GraderSpec, spec: Spec, where: KeyPath) -> 
         programs = {grader.id: spec.grader_programs[grader.id]}
         spec = replace(spec, guard_programs=programs)
     factory = cast(GuardCheckFactory, registry("harness_guard_checks").get(check))
-    checker: GuardChecker = factory(guard, spec, where)
+    try:
+        checker: GuardChecker = factory(guard, spec, where)
+    except SpecError as exc:  # the guard's words, for a grader
+        reason = exc.reason.replace(f"a {check} guard", f"a {check} grader")
+        raise SpecError(reason, file=exc.file, line=exc.line, key=exc.key) from None
     pass_on_hit = _PASS_ON_HIT[check]
     shown = _SHOWN.get(check, "").format(pattern=grader.pattern, text=grader.text, when=grader.when)
 
