@@ -242,6 +242,8 @@ class GraderSpec(_Strict):
     """A score at or above this passes."""
     tasks: tuple[str, ...] | None = None
     """Only the runs of these tasks (default: every task)."""
+    options: dict[str, Any] = {}
+    """Settings of a check a plugin adds (`harness_graders`)."""
     timeout: Duration = 60.0
     """A grade that takes longer is recorded as an error."""
 
