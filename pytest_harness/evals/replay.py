@@ -90,6 +90,9 @@ async def regrade(harness: Harness, recording: Recording, replayed: RunResult) -
                 )
             )
     kept = {str(g.get("grader")): g for g in recording.grades}
+    missing = {g.id for g in live} - set(kept)
+    if missing:  # a stored run replayed by id: its live judges' samples
+        kept.update(await _stored_grades(harness, recording, missing))
     notes = []
     for grader in live:
         old_grade = kept.get(grader.id)
@@ -118,19 +121,31 @@ async def with_grades(harness: Harness, recording: Recording) -> Recording:
         )
     ]
     live = {g.id for g in graders if g.live}
-    if live and recording.run_id:
-        for sample in await harness.samples(task=recording.task, limit=None):
-            if sample.run_id == recording.run_id and sample.grader in live:
-                grades.append(
-                    Grade(
-                        grader=sample.grader,
-                        score=sample.score,
-                        passed=sample.passed,
-                        detail=sample.detail,
-                        error=sample.error,
-                    ).to_dict()
-                )
+    stored = await _stored_grades(harness, recording, live)
+    grades += [stored[g.id] for g in graders if g.id in stored]
     return replace(recording, grades=tuple(grades))
+
+
+async def _stored_grades(
+    harness: Harness, recording: Recording, graders: set[str]
+) -> dict[str, Mapping[str, Any]]:
+    """The stored samples of `graders` for the recorded run, by grader, errors left out.
+
+    A judge that could not grade (blocked as live under pytest, say) says nothing about the run.
+    """
+    if not graders or not recording.run_id:
+        return {}
+    found: dict[str, Mapping[str, Any]] = {}
+    for sample in await harness.samples(task=recording.task, limit=None):
+        if sample.run_id == recording.run_id and sample.grader in graders and not sample.error:
+            grade = Grade(
+                grader=sample.grader,
+                score=sample.score,
+                passed=sample.passed,
+                detail=sample.detail,
+            )
+            found[sample.grader] = grade.to_dict()
+    return found
 
 
 def _detail(grade: Grade) -> dict[str, Any]:

@@ -101,3 +101,35 @@ async def test_a_grader_that_now_passes_is_no_drift_and_a_live_judge_is_not_regr
     assert report.to_dict()["not_regraded"] == list(report.not_regraded)
     kept = {g["grader"]: g for g in report.replayed.grades}
     assert kept["judged"]["score"] == 0.8 and kept["no-card-numbers"]["passed"] is True
+
+
+@pytest.mark.asyncio
+async def test_a_stored_run_keeps_its_live_judge_sample(project: Project) -> None:
+    project.change_spec(
+        '    script: [{say: "0.9"}]',
+        "    model: gpt-4.1-mini\n    api_key_env: NO_SUCH_KEY_FOR_TESTS",
+    )
+    project.change_spec("  judge:\n    use: scripted", "  judge:\n    use: openai")
+    project.change_spec("  online:\n", "  online:\n    sample: 0\n")
+    with ph.allow_live_models(False):
+        async with ph.load(project.spec, record=True) as harness:
+            result = await harness.run("orders", "Card please", principal="ann")
+            await harness.flush_evals()
+            assert await harness.samples() == []  # sample: 0
+            before = await harness.replay(result.run_id)
+            judged = ph.Sample(
+                run_id=result.run_id,
+                task="orders",
+                grader="judged",
+                score=0.6,
+                passed=False,
+                detail="judge judge: 0.6",
+                created_at=1.0,
+            )
+            await harness.store.add_samples([judged])
+            after = await harness.replay(result.run_id)
+            path = await harness.export(result.run_id, project.path / "run.yaml")
+    assert before.not_regraded == ("judged (a live judge; the recording kept no grade)",)
+    assert after.not_regraded == ("judged (a live judge; recorded: 0.6, failed)",)
+    grades = {g["grader"]: g for g in Recording.load(path).grades}
+    assert grades["judged"]["score"] == 0.6 and grades["no-card-numbers"]["passed"] is True
