@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pytest_harness as ph
 from pytest_harness.evals.checks import GraderError
@@ -118,3 +120,15 @@ def test_parse_score(answer: str, score: float) -> None:
 def test_parse_score_refuses(answer: str | None, message: str) -> None:
     with pytest.raises(GraderError, match=message):
         parse_score(answer)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text() | st.from_regex(r"[^0-9]{0,10}-?\d{1,4}(\.\d{1,4})?\s*(%|/\s*\d{1,3})?.{0,10}"))
+def test_any_judge_answer_is_a_score_or_a_grader_error(answer: str) -> None:
+    """A judge's answer is untrusted text: a score 0..1 or a `GraderError`, nothing else."""
+    try:
+        score = parse_score(answer)
+    except GraderError as exc:
+        assert str(exc)
+    else:
+        assert 0.0 <= score <= 1.0

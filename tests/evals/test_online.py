@@ -156,3 +156,38 @@ async def test_replaying_a_run_does_not_grade_it_online(evals_app: EvalsApp) -> 
         samples = await harness.samples()
     assert report.same
     assert [s.run_id for s in samples] == [result.run_id]
+
+
+async def test_samples_since_and_limit(evals_app: EvalsApp) -> None:
+    from datetime import datetime, timedelta
+
+    async with ph.load(evals_app.write(POLITE)) as harness:
+        await harness.store.add_samples(
+            [
+                ph.Sample(
+                    run_id="run_old",
+                    task="orders",
+                    grader="polite",
+                    score=1.0,
+                    passed=True,
+                    created_at=time.time() - 7200,
+                ),
+                ph.Sample(
+                    run_id="run_new",
+                    task="orders",
+                    grader="polite",
+                    score=0.0,
+                    passed=False,
+                    created_at=time.time() - 60,
+                ),
+            ]
+        )
+        assert [s.run_id for s in await harness.samples()] == ["run_new", "run_old"]
+        assert [s.run_id for s in await harness.samples(since=timedelta(hours=1))] == ["run_new"]
+        hour_ago = datetime.now() - timedelta(hours=1)
+        assert [s.run_id for s in await harness.samples(since=hour_ago)] == ["run_new"]
+        assert len(await harness.samples(since=time.time() - 10_000)) == 2
+        assert [s.run_id for s in await harness.samples(limit=1)] == ["run_new"]
+        assert await harness.samples(task="other") == []
+        with pytest.raises(TypeError, match="since must be"):
+            await harness.samples(since="1h")  # type: ignore[arg-type]

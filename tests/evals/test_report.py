@@ -184,3 +184,9 @@ def test_report_errors_and_means() -> None:
     (row,) = rows
     assert (row.count, row.passed, row.errors) == (3, 1, 1)
     assert row.mean_score == pytest.approx(0.6)
+
+
+def test_an_unknown_environment_exits_2(app: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    got = run_cli(capsys, "eval", "report", str(app), "-e", "nope")
+    assert got.code == 2
+    assert "unknown environment 'nope'" in got.err
