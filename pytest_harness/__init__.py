@@ -51,12 +51,13 @@ from pytest_harness.runtime.trace import Decision, ToolCall, Trace
 
 if TYPE_CHECKING:
     from pytest_harness import testing
+    from pytest_harness.evals.checks import GradeInput, Verdict
     from pytest_harness.models.live import allow_live_models
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness, RunHandle, load
     from pytest_harness.spec.schema import ReplayPolicy
-    from pytest_harness.store.base import Event
+    from pytest_harness.store.base import Event, Sample
     from pytest_harness.tools.context import ToolContext, current_tool_context
 
 __version__ = "0.1.0"
@@ -68,6 +69,7 @@ __all__ = [
     "Call",
     "Decision",
     "Event",
+    "GradeInput",
     "Harness",
     "HarnessError",
     "LiveModelBlocked",
@@ -90,6 +92,7 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "RunSummary",
+    "Sample",
     "ScriptExhausted",
     "SpecError",
     "StoreError",
@@ -100,6 +103,7 @@ __all__ = [
     "UnknownRun",
     "UnknownTask",
     "Usage",
+    "Verdict",
     "allow_live_models",
     "current_tool_context",
     "load",
@@ -108,6 +112,9 @@ __all__ = [
 
 _LAZY = {
     "Event": "pytest_harness.store.base",
+    "Sample": "pytest_harness.store.base",
+    "GradeInput": "pytest_harness.evals.checks",
+    "Verdict": "pytest_harness.evals.checks",
     "Harness": "pytest_harness.runtime.harness",
     "RunHandle": "pytest_harness.runtime.harness",
     "load": "pytest_harness.runtime.harness",

@@ -1,4 +1,4 @@
-"""The built-in providers, stores and guard checks, registered as a plugin like any other.
+"""The built-in providers, stores, guard and grader checks, registered as a plugin like any other.
 
 Each factory imports its implementation when first used, so loading the plugin is cheap.
 """
@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from pytest_harness.hookspecs import (
+    GraderFactory,
     GuardCheckFactory,
     ProviderConfig,
     ProviderFactory,
@@ -17,9 +18,10 @@ from pytest_harness.hookspecs import (
 )
 
 if TYPE_CHECKING:
+    from pytest_harness.evals.checks import GraderCheck
     from pytest_harness.models.base import ModelProvider
     from pytest_harness.runtime.guards import GuardChecker
-    from pytest_harness.spec.schema import GuardSpec, StateSpec
+    from pytest_harness.spec.schema import GraderSpec, GuardSpec, StateSpec
     from pytest_harness.spec.spec import KeyPath, Spec
     from pytest_harness.store.base import Store
 
@@ -96,3 +98,19 @@ def harness_guard_checks() -> Mapping[str, GuardCheckFactory]:
     return {
         name: _guard(name) for name in ("regex", "contains", "max_length", "json_schema", "cel")
     }
+
+
+def _grader(check: str) -> GraderFactory:
+    def factory(grader: GraderSpec, spec: Spec, where: KeyPath) -> GraderCheck:
+        from pytest_harness.evals.checks import build_check
+
+        return build_check(check, grader, spec, where)
+
+    return factory
+
+
+@hookimpl
+def harness_graders() -> Mapping[str, GraderFactory]:
+    """The guard checks as graders, and `callable` (the `model` judge is built into the evals)."""
+    names = ("regex", "contains", "max_length", "json_schema", "cel", "callable")
+    return {name: _grader(name) for name in names}

@@ -215,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="for .hx archives (not available yet): include artifacts; has no effect on .yaml "
         "recordings",
     )
+    from pytest_harness.evals.command import add_eval_command
+
+    add_eval_command(
+        command("eval", "online eval samples", "Report on the online eval samples in the store."),
+        spec_and_env,
+    )
     return parser
 
 
@@ -369,6 +375,13 @@ async def _export(args: argparse.Namespace, out: Console, err: Console) -> int:
     return EXIT_OK
 
 
+async def _eval(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from pytest_harness.evals.command import eval_report
+
+    async with _load(args) as harness:
+        return await eval_report(harness, args, out)
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace, Console, Console], Coroutine[Any, Any, int]]] = {
     "run": _run,
     "replay": _replay,
@@ -376,6 +389,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console, Console], Coroutine[
     "show": _show,
     "approve": _approve,
     "export": _export,
+    "eval": _eval,
 }
 
 

@@ -1,4 +1,4 @@
-"""The pluggy hook specs through which packages add providers, stores and guard checks.
+"""The pluggy hook specs through which packages add providers, stores, guard and grader checks.
 
 A plugin is a module or object with `@hookimpl` functions, advertised under the
 `pytest_harness` entry-point group; the built-ins (`pytest_harness.builtins`) register the same
@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from pytest_harness.evals.checks import GraderCheck
     from pytest_harness.models.base import ModelProvider
     from pytest_harness.runtime.guards import GuardChecker
-    from pytest_harness.spec.schema import GuardSpec, ModelSpec, StateSpec
+    from pytest_harness.spec.schema import GraderSpec, GuardSpec, ModelSpec, StateSpec
     from pytest_harness.spec.spec import KeyPath, Spec
     from pytest_harness.store.base import Store
 
 __all__ = [
+    "GraderFactory",
     "GuardCheckFactory",
     "ProviderConfig",
     "ProviderFactory",
@@ -49,6 +51,7 @@ class ProviderConfig:
 ProviderFactory = Callable[[ProviderConfig], "ModelProvider"]
 StoreFactory = Callable[["StateSpec", "Spec"], "Store"]
 GuardCheckFactory = Callable[["GuardSpec", "Spec", "KeyPath"], "GuardChecker"]
+GraderFactory = Callable[["GraderSpec", "Spec", "KeyPath"], "GraderCheck"]
 
 
 @hookspec
@@ -64,6 +67,17 @@ def harness_stores() -> Mapping[str, StoreFactory]:  # type: ignore[empty-body]
 @hookspec
 def harness_guard_checks() -> Mapping[str, GuardCheckFactory]:  # type: ignore[empty-body]
     """Guard checks by the name a guard's `check:` gives (`regex`, `contains`, …)."""
+
+
+@hookspec
+def harness_graders() -> Mapping[str, GraderFactory]:  # type: ignore[empty-body]
+    """Online eval grader checks by the name a grader's `check:` gives (`regex`, …).
+
+    A factory is called once per grader when the harness loads, with the grader's spec, the
+    spec and the grader's key path (for `SpecError`s), and returns the check: a function of a
+    `pytest_harness.evals.GradeInput` returning a bool, a score 0..1 or a `Verdict` (or an
+    awaitable of one). `model` (the LLM judge) is built in and cannot be replaced.
+    """
 
 
 @hookspec

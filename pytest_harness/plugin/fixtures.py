@@ -327,5 +327,10 @@ async def _recordings(harness: Harness, *, recorded: bool) -> list[Recording | N
         if not recorded:
             out.append(None)
             continue
-        out.append(Recording.from_run(await harness.store.get_run(summary.run_id)))
+        recording = Recording.from_run(await harness.store.get_run(summary.run_id))
+        if harness.evals is not None:  # golden files keep the grades of the online evals
+            from pytest_harness.evals.replay import with_grades
+
+            recording = await with_grades(harness, recording)
+        out.append(recording)
     return out

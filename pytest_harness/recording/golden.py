@@ -79,6 +79,14 @@ class _Decision(_Strict):
     detail: dict[str, Any] = {}
 
 
+class _Grade(_Strict):
+    grader: str
+    score: float | None = None
+    passed: bool
+    detail: str | None = None
+    error: str | None = None
+
+
 class _File(_Strict):
     format: str
     task: str
@@ -93,6 +101,7 @@ class _File(_Strict):
     approvals: list[_Approval] = []
     outcome: _Outcome
     trace: list[_Decision] = []
+    grades: list[_Grade] = []
 
 
 def read_recording(path: Path) -> Recording:
@@ -142,6 +151,7 @@ def read_recording(path: Path) -> Recording:
         limit=outcome.limit,
         usage=outcome.usage,
         trace=Trace.from_list([d.model_dump() for d in parsed.trace]),
+        grades=tuple(g.model_dump() for g in parsed.grades),
         source=path,
     )
 

@@ -3,8 +3,9 @@
 A recording holds the run's input, principal, tenant and labels, the conversation of its session
 before it, every model turn (the request's digest, and its content while it is in the store)
 with the answer used, every tool result, every approval decision, and the outcome: status,
-output, error, limit, usage and trace. It is built from a recorded run in the store
-(`Recording.from_run`) or loaded from a golden file (`Recording.load`).
+output, error, limit, usage and trace; and the grades of the spec's online eval graders on that
+outcome, when it has any (`grades`, written by `evals.replay`). It is built from a recorded
+run in the store (`Recording.from_run`) or loaded from a golden file (`Recording.load`).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class Recording:
     limit: str | None = None
     usage: Mapping[str, Any] = field(default_factory=dict)
     trace: Trace = field(default_factory=Trace)
+    grades: tuple[Mapping[str, Any], ...] = ()
+    """Online eval grades of the outcome: `{grader, score, passed, detail, error}` each."""
     run_id: str | None = None
     """The stored run it came from; never written to a golden file."""
     source: Path | None = None
@@ -151,6 +154,7 @@ class Recording:
             approvals=tuple(replace(a, args=redact(a.args)) for a in self.approvals),
             output=redact(self.output),
             trace=Trace.from_list(redact(self.trace.to_list())),
+            grades=tuple(redact([dict(g) for g in self.grades])),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,5 +196,10 @@ class Recording:
             },
             "trace": self.trace.to_list(),
         }
+        if self.grades:  # absent without graders, so files without them read as before
+            data["grades"] = [
+                {k: g.get(k) for k in ("grader", "score", "passed", "detail", "error")}
+                for g in self.grades
+            ]
         cleaned: dict[str, Any] = stable_ids(data)
         return cleaned

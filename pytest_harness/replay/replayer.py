@@ -99,6 +99,14 @@ async def replay(harness: Harness, source: str | os.PathLike[str] | Recording) -
             result = await twin.result(record.run_id)
         replayed = Recording.from_run(await twin.store.get_run(record.run_id))
     decisions = () if divergence else diff_decisions(recording.trace, result.trace)
+    not_regraded: tuple[str, ...] = ()
+    if harness.evals is not None and divergence is None:  # graders in the gate (evals/)
+        from pytest_harness.evals.replay import regrade
+
+        grading = await regrade(harness, recording, result)
+        decisions += grading.changes
+        not_regraded = grading.not_regraded
+        replayed = replace(replayed, grades=grading.grades)
     return ReplayReport(
         task=recording.task,
         run_id=recording.run_id,
@@ -110,6 +118,7 @@ async def replay(harness: Harness, source: str | os.PathLike[str] | Recording) -
         model_requests_changed=(_requests_changed(recording, replayed, tape), tape.requests),
         model_answers_used=(tape.turns_used, len(tape.turns)),
         divergence=divergence,
+        not_regraded=not_regraded,
         replayed=replace(replayed, run_id=None, source=recording.source),
     )
 

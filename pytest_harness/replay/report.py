@@ -126,6 +126,9 @@ class ReplayReport:
     model_answers_used: tuple[int, int] = (0, 0)
     """(used, total) recorded model answers."""
     divergence: Divergence | None = None
+    not_regraded: tuple[str, ...] = ()
+    """Online eval graders the replay did not re-grade (live judges), with their recorded
+    grade; a grader that did re-grade and now fails is a changed `grader` decision."""
     replayed: Any = field(default=None, compare=False, repr=False)
     """The replay's own `Recording` (what `--update-recordings` writes)."""
 
@@ -197,6 +200,7 @@ class ReplayReport:
             lines.append(f"  model requests changed: {changed} of {total}")
         used, recorded_total = self.model_answers_used
         lines.append(f"  model answers used: {used} of {recorded_total}")
+        lines.extend(f"  not re-graded: {note}" for note in self.not_regraded)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -223,6 +227,7 @@ class ReplayReport:
                 "total": self.model_answers_used[1],
             },
             "diverged": None if self.divergence is None else self.divergence.to_dict(),
+            "not_regraded": list(self.not_regraded),
         }
 
 

@@ -58,10 +58,15 @@ class GuardContext:
 
 @dataclass(frozen=True, slots=True)
 class GuardHit:
-    """A check that fired: the text as `redact` would leave it, and why it fired."""
+    """A check that fired: the text as `redact` would leave it, and why it fired.
+
+    `error` is true when the check could not decide and fired to fail closed (a `cel`
+    expression that failed at run time); a grader reuses the check and records an error.
+    """
 
     redacted: str
     reason: str = ""
+    error: bool = False
 
 
 class GuardChecker(Protocol):
@@ -241,7 +246,7 @@ def _cel(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
         try:
             fired = program.evaluate(context.variables(text))
         except CelError as exc:  # fail closed: a guard that cannot decide fires
-            return GuardHit(REDACTED, f"error: {exc}")
+            return GuardHit(REDACTED, f"error: {exc}", error=True)
         return GuardHit(REDACTED, f"{guard.when} is true") if fired is True else None
 
     return check

@@ -17,9 +17,10 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from pytest_harness.errors import (
     ApprovalDenied,
@@ -46,6 +47,7 @@ from pytest_harness.store.base import (
     EventDraft,
     NewRun,
     RunRecord,
+    Sample,
     Store,
     parse_cursor,
 )
@@ -54,7 +56,23 @@ if TYPE_CHECKING:
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
 
-__all__ = ["Harness", "RunHandle", "load"]
+__all__ = ["EndedRuns", "Harness", "RunHandle", "load"]
+
+
+class EndedRuns(Protocol):
+    """The seam through which the runtime tells the online evals (`evals/`) about runs it ends.
+
+    `ended` is called with the result of every run this harness drives to an end, and must
+    return at once without raising (the grading happens in the background); `flush` waits for
+    the work `ended` started.
+    """
+
+    def ended(self, result: RunResult) -> None:
+        """A run this harness drove has ended."""
+
+    async def flush(self) -> None:
+        """Wait for the work started by `ended` so far."""
+
 
 _UNSET: Any = object()
 """`resolve(result=...)` was not given (None is a result like any other)."""
@@ -85,7 +103,13 @@ def load(
 
     spec = load_spec(Path(path), env=env, record=record)
     plans = Plans(spec, ToolSet.from_spec(spec))
-    return Harness(spec, plans, _make_store(spec, store))
+    made = _make_store(spec, store)
+    evals: EndedRuns | None = None
+    if spec.document.evals.online.graders:
+        from pytest_harness.evals.online import OnlineEvals
+
+        evals = OnlineEvals(spec, plans, made)
+    return Harness(spec, plans, made, evals=evals)
 
 
 def _make_store(spec: Spec, store: Store | str | None) -> Store:
@@ -144,6 +168,7 @@ class Harness:
         tasks: Mapping[str, TaskPlan] | None = None,
         record: bool | None = None,
         keep_requests: bool = True,
+        evals: EndedRuns | None = None,
     ) -> None:
         self.spec = spec
         self.plans = plans
@@ -159,6 +184,8 @@ class Harness:
         self._hub = EventHub()
         self._driving: set[str] = set()
         """Runs a task of this harness drives now (its lease may look expired on memory)."""
+        self.evals = evals
+        """The online evals told about every run this harness ends (None: no graders)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -175,12 +202,14 @@ class Harness:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Wait for submitted runs to stop, then close the store."""
+        """Wait for submitted runs to stop and pending eval grades to be stored; close the store."""
         if self._closed:
             return
         self._closed = True
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        if self.evals is not None:
+            await self.evals.flush()
         if self._opened:
             await self.store.close()
 
@@ -512,7 +541,38 @@ class Harness:
             )
         await self._open()
         recording = Recording.from_run(await self.store.get_run(run_id))
+        if self.evals is not None:  # a recording keeps the grades of the online evals
+            from pytest_harness.evals.replay import with_grades
+
+            recording = await with_grades(self, recording)
         return recording.save(path)
+
+    # -- online evals -----------------------------------------------------------------------
+
+    async def flush_evals(self) -> None:
+        """Wait until the grades of the runs ended so far are stored (DESIGN §15).
+
+        Grading runs in the background, so a run's samples may not be stored when `run()`
+        returns; `aclose()` waits for them too.
+        """
+        if self.evals is not None:
+            await self.evals.flush()
+
+    async def samples(
+        self,
+        *,
+        task: str | None = None,
+        grader: str | None = None,
+        since: datetime | timedelta | float | None = None,
+        limit: int | None = 100,
+    ) -> list[Sample]:
+        """Online eval samples in the store, newest first (DESIGN §15).
+
+        `since` is a moment (a `datetime`, or seconds since the epoch) or a `timedelta` (that
+        long ago); `limit=None` returns every match.
+        """
+        await self._open()
+        return await self.store.samples(task=task, grader=grader, since=_moment(since), limit=limit)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -605,6 +665,7 @@ class Harness:
                 if not created:
                     record = await store.get_run(run_id)
                 interrupted = not created and record.status == RunStatus.RUNNING.value
+                was_ended = RunStatus(record.status).ended
                 ctx = DriveContext(
                     store=store,
                     owner=self.owner,
@@ -636,6 +697,8 @@ class Harness:
         if driver.released and driver.control is not None and not result.status.ended:
             # A pause or cancel arrived with the commit that suspended the run.
             return await self._settle_control(run_id)
+        if self.evals is not None and result.status.ended and not was_ended:
+            self.evals.ended(result)  # graded in the background, outside the run's path
         return result
 
     async def _continue(
@@ -692,6 +755,21 @@ class Harness:
             if earlier.status == RunStatus.COMPLETED.value:
                 history.extend(earlier.state.get("messages") or [])
         return history
+
+
+def _moment(since: datetime | timedelta | float | None) -> float | None:
+    """Seconds since the epoch for `samples(since=...)`."""
+    if since is None:
+        return None
+    if isinstance(since, timedelta):
+        return time.time() - since.total_seconds()
+    if isinstance(since, datetime):
+        return since.timestamp()
+    if isinstance(since, int | float) and not isinstance(since, bool):
+        return float(since)
+    raise TypeError(
+        f"since must be a datetime, a timedelta or a number, not {type(since).__name__}"
+    )
 
 
 def _check_resolvable(record: RunRecord, key: str) -> None:

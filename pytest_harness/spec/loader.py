@@ -113,6 +113,7 @@ def load_spec(path: str | Path, *, env: str | None = None, record: bool | None =
     base = baseline.document if baseline is not None else _BaselineDocument()
     _check_references(document, base, where)
     rule_programs, guard_programs = _compile(document, base, where)
+    grader_programs = _check_graders(document, where)
     return Spec(
         document=document,
         path=spec_path,
@@ -121,6 +122,7 @@ def load_spec(path: str | Path, *, env: str | None = None, record: bool | None =
         locations=MappingProxyType(where.locations),
         rule_programs=MappingProxyType(rule_programs),
         guard_programs=MappingProxyType(guard_programs),
+        grader_programs=MappingProxyType(grader_programs),
         baseline_rules=base.rules,
         baseline_guards=base.guards,
         baseline_path=baseline.path if baseline is not None else None,
@@ -606,6 +608,57 @@ def _compile(
     return rules, guards
 
 
+def _check_graders(document: SpecDocument, where: _Where) -> dict[str, CelProgram]:
+    """Check `evals.online.graders` (checks, judge models, tasks) and compile `cel` ones."""
+    from pytest_harness.plugins import registry
+
+    at: KeyPath = ("evals", "online", "graders")
+    graders = document.evals.online.graders
+    _check_unique("grader", [((*at, i), g.id) for i, g in enumerate(graders)], where)
+    checks = sorted({"model", *registry("harness_graders").names()})
+    programs: dict[str, CelProgram] = {}
+    for i, grader in enumerate(graders):
+        here = (*at, i)
+        if grader.check not in checks:
+            raise where.error(
+                f"unknown grader check {grader.check!r}{did_you_mean(grader.check, checks)} "
+                f"(checks: {', '.join(checks)})",
+                (*here, "check"),
+            )
+        _check_names("task", grader.tasks or (), document.tasks, (*here, "tasks"), where)
+        if grader.check == "model":
+            if not grader.model:
+                raise where.error("a model grader needs `model`, a model of `models:`", here)
+            if grader.model not in document.models:
+                hint = did_you_mean(grader.model, document.models)
+                if not document.models:
+                    hint = ": this spec defines no models; add the judge under `models:`"
+                raise where.error(f"unknown judge model {grader.model!r}{hint}", (*here, "model"))
+            if not grader.prompt or not grader.prompt.strip():
+                raise where.error(
+                    "a model grader needs `prompt`: what the judge scores, asking for a number "
+                    "from 0 to 1",
+                    here,
+                )
+        elif grader.check == "callable":
+            if not grader.call or ":" not in grader.call:
+                raise where.error(
+                    f"a callable grader needs `call: module:function`, got {_show(grader.call)}",
+                    (*here, "call") if grader.call else here,
+                )
+        elif grader.check == "cel":
+            if not grader.when or not grader.when.strip():
+                raise where.error(
+                    "a cel grader needs `when`, a CEL expression over "
+                    + ", ".join(sorted(GUARD_VARIABLES)),
+                    here,
+                )
+            programs[grader.id] = _program(
+                grader.when, GUARD_VARIABLES, f"grader {grader.id}", here, where
+            )
+    return programs
+
+
 def _program(
     source: str, allowed: frozenset[str], owner: str, at: KeyPath, where: _Where
 ) -> CelProgram:
@@ -631,7 +684,10 @@ def _program(
 def _digest(document: SpecDocument, baseline: _BaselineDocument) -> str:
     """sha256 of the effective document (environments left out) and the baseline's items."""
     payload = {
-        "document": document.model_dump(mode="json", by_alias=True, exclude={"environments"}),
+        # graders never change what a run does, so editing them does not change the digest
+        "document": document.model_dump(
+            mode="json", by_alias=True, exclude={"environments", "evals"}
+        ),
         "baseline": {
             "rules": [r.model_dump(mode="json", by_alias=True) for r in baseline.rules],
             "guards": [g.model_dump(mode="json", by_alias=True) for g in baseline.guards],

@@ -19,10 +19,14 @@ __all__ = [
     "Budget",
     "Duration",
     "Effect",
+    "EvalsSpec",
+    "GraderSpec",
+    "GraderTarget",
     "GuardAction",
     "GuardSpec",
     "GuardTarget",
     "ModelSpec",
+    "OnlineEvalsSpec",
     "PositiveDuration",
     "Price",
     "ReplayPolicy",
@@ -223,6 +227,62 @@ class StateSpec(_Strict):
     busy_timeout: Duration = 5.0
 
 
+class GraderTarget(str, Enum):
+    """What a grader looks at: the run's output, or its trace rendered as text."""
+
+    OUTPUT = "output"
+    TRACE = "trace"
+
+
+class GraderSpec(_Strict):
+    """An online eval grader (DESIGN §15): a check on an ended run, scored 0..1."""
+
+    id: str
+    on: GraderTarget = GraderTarget.OUTPUT
+    check: str
+    """`regex`, `contains`, `max_length`, `json_schema`, `cel`, `callable`, `model`, or a
+    check a plugin adds through `harness_graders`."""
+    pattern: str | None = None
+    """`regex`: passes when the pattern is found."""
+    text: str | tuple[str, ...] | None = None
+    """`contains`: passes when the text (or any of the texts) is found."""
+    ignore_case: bool = False
+    max: int | None = Field(default=None, ge=0)
+    """`max_length`: passes when the text has at most this many characters."""
+    schema_: dict[str, Any] | str | None = Field(default=None, alias="schema")
+    """`json_schema`: passes when the text is JSON valid against this schema (inline or a file)."""
+    when: str | None = None
+    """`cel`: passes when this expression is true (the variables of a `cel` guard)."""
+    call: str | None = None
+    """`callable`: `module:function` called with the `RunResult`; returns a bool or a float."""
+    model: str | None = None
+    """`model`: the judge, a model of `models:`."""
+    prompt: str | None = None
+    """`model`: the judge's instructions; it answers with a score."""
+    pass_at: float = Field(default=0.5, ge=0, le=1)
+    """A score at or above this passes."""
+    tasks: tuple[str, ...] | None = None
+    """Only the runs of these tasks (default: every task)."""
+    options: dict[str, Any] = {}
+    """Settings of a check a plugin adds (`harness_graders`)."""
+    timeout: Duration = 60.0
+    """A grade that takes longer is recorded as an error."""
+
+
+class OnlineEvalsSpec(_Strict):
+    """`evals.online`: which ended runs are graded, and by what."""
+
+    sample: float = Field(default=1.0, ge=0, le=1)
+    """The share of ended runs graded, chosen by a hash of the run id."""
+    graders: tuple[GraderSpec, ...] = ()
+
+
+class EvalsSpec(_Strict):
+    """`evals:`."""
+
+    online: OnlineEvalsSpec = OnlineEvalsSpec()
+
+
 class SpecDocument(_Strict):
     """The whole `harness.yaml` after the environment overlay and the org baseline."""
 
@@ -234,6 +294,7 @@ class SpecDocument(_Strict):
     guards: tuple[GuardSpec, ...] = ()
     tasks: dict[str, TaskSpec]
     state: StateSpec = StateSpec()
+    evals: EvalsSpec = EvalsSpec()
     environments: dict[str, dict[str, Any]] = {}
     baseline: str | None = None
 

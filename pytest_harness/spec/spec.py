@@ -45,6 +45,8 @@ class Spec:
     """Compiled `when` of every rule, by rule id."""
     guard_programs: Mapping[str, CelProgram] = field(default_factory=dict)
     """Compiled `when` of every `cel` guard, by guard id."""
+    grader_programs: Mapping[str, CelProgram] = field(default_factory=dict)
+    """Compiled `when` of every `cel` grader of `evals.online`, by grader id."""
     baseline_rules: tuple[RuleSpec, ...] = ()
     baseline_guards: tuple[GuardSpec, ...] = ()
     baseline_path: Path | None = None

@@ -20,6 +20,9 @@ Rules every store follows, so that the runtime cannot tell them apart:
   `request_control` from any process and read back by every `commit` (free: the write returns
   it), so the worker driving the run sees it at its next boundary without another round trip.
 - Times are `time.time()` of the writing process.
+- Online eval samples (DESIGN §15) are two methods, `add_samples` and `samples`: one row per
+  `(run_id, grader)`, written once (a second write of the same pair is ignored, so a grade
+  retried after a crash never counts twice), read newest first by `created_at`.
 
 Stores: `memory` (`store/memory.py`) and `sqlite` (`store/sqlite.py`); both pass the contract
 suite in `tests/store/test_contract.py`. A plugin adds another through the
@@ -45,10 +48,13 @@ __all__ = [
     "NewApproval",
     "NewRun",
     "RunRecord",
+    "Sample",
     "Store",
     "already_answered",
     "check_control",
     "check_decision",
+    "check_limit",
+    "check_samples",
     "encode_json",
     "parse_cursor",
     "stale_token",
@@ -172,6 +178,25 @@ class RunRecord:
             and self.lease_expires is not None
             and self.lease_expires > now
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample:
+    """One online eval grade of one run by one grader (DESIGN §15).
+
+    `score` is 0..1 (a check scores 1.0 or 0.0) and None when the grader failed: then
+    `error` says why (a grader that raised, a judge whose answer holds no number) and `passed`
+    is false. `detail` says what the grader saw. `created_at` is when the grade was stored.
+    """
+
+    run_id: str
+    task: str
+    grader: str
+    score: float | None
+    passed: bool
+    detail: str | None = None
+    error: str | None = None
+    created_at: float = 0.0
 
 
 @runtime_checkable
@@ -324,6 +349,31 @@ class Store(Protocol):
         """
         ...
 
+    async def add_samples(self, samples: Sequence[Sample]) -> None:
+        """Store online eval samples in one atomic write, each with its `created_at`.
+
+        A sample whose `(run_id, grader)` is already stored is skipped (the first one stays).
+        The run need not exist in this store. A `score` that is not a finite number or None is
+        a `StoreError`; nothing is written.
+        """
+        ...
+
+    async def samples(
+        self,
+        *,
+        task: str | None = None,
+        grader: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = 100,
+    ) -> list[Sample]:
+        """Stored samples, newest first (by `created_at`, then by insertion), filtered.
+
+        `since` (inclusive) and `until` (exclusive) bound `created_at`; `limit=None` reads
+        every match. `ValueError` when `limit` is negative.
+        """
+        ...
+
 
 # -- helpers for store implementations ------------------------------------------------------
 
@@ -380,6 +430,26 @@ def already_answered(
     return ResolutionError(
         f"approval {approval_id} of run {run_id} was already answered: {status} by {approver}"
     )
+
+
+def check_samples(samples: Sequence[Sample]) -> None:
+    """Raise `StoreError` (nothing written) for a sample whose score no store can keep."""
+    import math
+
+    for sample in samples:
+        score = sample.score
+        number = isinstance(score, int | float) and not isinstance(score, bool)
+        if score is not None and not (number and math.isfinite(score)):
+            raise StoreError(
+                f"cannot store the sample of grader {sample.grader!r} for run {sample.run_id}: "
+                f"its score must be a finite number or None, got {score!r}; nothing was written"
+            )
+
+
+def check_limit(limit: int | None) -> None:
+    """Raise `ValueError` for a negative `limit`."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be zero or more, got {limit}")
 
 
 def check_control(control: str) -> str:

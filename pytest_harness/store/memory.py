@@ -25,9 +25,12 @@ from pytest_harness.store.base import (
     NewApproval,
     NewRun,
     RunRecord,
+    Sample,
     already_answered,
     check_control,
     check_decision,
+    check_limit,
+    check_samples,
     encode_json,
     parse_cursor,
     stale_token,
@@ -172,6 +175,8 @@ class MemoryStore:
         self._idempotency: dict[tuple[str, str, str], _Run] = {}
         self._approvals: dict[str, _Approval] = {}
         self._last_event = 0
+        self._samples: list[Sample] = []
+        self._graded: set[tuple[str, str]] = set()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -450,3 +455,40 @@ class MemoryStore:
                 run.lease_owner is None or run.lease_expires is None or run.lease_expires <= moment
             )
         ]
+
+    # -- online eval samples ----------------------------------------------------------------
+
+    async def add_samples(self, samples: Sequence[Sample]) -> None:
+        """Keep the samples; a `(run_id, grader)` already kept is skipped."""
+        self._check_open()
+        check_samples(samples)
+        for sample in samples:
+            key = (sample.run_id, sample.grader)
+            if key in self._graded:
+                continue
+            self._graded.add(key)
+            self._samples.append(sample)
+
+    async def samples(
+        self,
+        *,
+        task: str | None = None,
+        grader: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = 100,
+    ) -> list[Sample]:
+        """Kept samples, newest first, filtered."""
+        self._check_open()
+        check_limit(limit)
+        found = [
+            s
+            for s in self._samples
+            if (task is None or s.task == task)
+            and (grader is None or s.grader == grader)
+            and (since is None or s.created_at >= since)
+            and (until is None or s.created_at < until)
+        ]
+        ordered = sorted(enumerate(found), key=lambda item: (item[1].created_at, item[0]))
+        newest = [s for _, s in reversed(ordered)]
+        return newest if limit is None else newest[:limit]

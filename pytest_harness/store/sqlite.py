@@ -57,9 +57,12 @@ from pytest_harness.store.base import (
     NewApproval,
     NewRun,
     RunRecord,
+    Sample,
     already_answered,
     check_control,
     check_decision,
+    check_limit,
+    check_samples,
     encode_json,
     parse_cursor,
     stale_token,
@@ -190,6 +193,25 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # version 2: a pending pause or cancel request, written by any process, read by commits
     ("ALTER TABLE runs ADD COLUMN control TEXT",),
+    # version 3: online eval samples, one per run and grader
+    (
+        """
+        CREATE TABLE samples (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            task TEXT NOT NULL,
+            grader TEXT NOT NULL,
+            score REAL,
+            passed INTEGER NOT NULL,
+            detail TEXT,
+            error TEXT,
+            created_at REAL NOT NULL,
+            UNIQUE (run_id, grader)
+        )
+        """,
+        "CREATE INDEX samples_created ON samples (created_at, seq)",
+        "CREATE INDEX samples_task_grader ON samples (task, grader, created_at)",
+    ),
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -909,3 +931,65 @@ class SQLiteStore:
             (time.time() if now is None else now,),
         )
         return [row[0] for row in rows]
+
+    # -- online eval samples ----------------------------------------------------------------
+
+    async def add_samples(self, samples: Sequence[Sample]) -> None:
+        """Insert the samples in one statement; a `(run_id, grader)` already stored is skipped."""
+        if not samples:
+            return
+        check_samples(samples)
+        rows = ", ".join("(?, ?, ?, ?, ?, ?, ?, ?)" for _ in samples)
+        params: list[Any] = []
+        for s in samples:
+            score = None if s.score is None else float(s.score)
+            params += [s.run_id, s.task, s.grader, score, int(bool(s.passed))]
+            params += [s.detail, s.error, s.created_at]
+        await self._q(
+            f"store {len(samples)} eval sample(s)",
+            "INSERT INTO samples (run_id, task, grader, score, passed, detail, error, created_at) "
+            f"VALUES {rows} ON CONFLICT (run_id, grader) DO NOTHING",
+            params,
+            write=True,
+        )
+
+    async def samples(
+        self,
+        *,
+        task: str | None = None,
+        grader: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = 100,
+    ) -> list[Sample]:
+        """Stored samples, newest first, filtered."""
+        check_limit(limit)
+        where: list[str] = []
+        params: list[Any] = []
+        for clause, value in (
+            ("task = ?", task),
+            ("grader = ?", grader),
+            ("created_at >= ?", since),
+            ("created_at < ?", until),
+        ):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        sql = "SELECT run_id, task, grader, score, passed, detail, error, created_at FROM samples"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, seq DESC LIMIT ?"
+        params.append(-1 if limit is None else limit)
+        return [
+            Sample(
+                run_id=row[0],
+                task=row[1],
+                grader=row[2],
+                score=row[3],
+                passed=bool(row[4]),
+                detail=row[5],
+                error=row[6],
+                created_at=row[7],
+            )
+            for row in await self._q("read eval samples", sql, params)
+        ]

@@ -71,7 +71,7 @@ def test_the_repository_recordings_are_the_shop_tests_runs(pytester: pytest.Pyte
         "asyncio_default_fixture_loop_scope=function",
         "--record-recordings=all",
     )
-    result.assert_outcomes(passed=14)
+    result.assert_outcomes(passed=15)
     committed = ROOT / "recordings" / "test_shop"
     written = {p.name: p.read_bytes() for p in (out / "test_shop").iterdir()}
     assert written == {p.name: p.read_bytes() for p in committed.iterdir()}

@@ -23,6 +23,7 @@ from pytest_harness.store import (
     SQLiteStore,
     Store,
 )
+from pytest_harness.store.base import Sample
 
 pytestmark = pytest.mark.asyncio
 
@@ -912,3 +913,72 @@ async def test_store_opens_on_first_use(kind: str, tmp_path: Path) -> None:
         assert (await store.get_run(record.run_id)).run_id == record.run_id
     finally:
         await store.close()
+
+
+# -- online eval samples ----------------------------------------------------------------------
+
+
+def sample(run_id: str, grader: str, at: float, **fields: Any) -> Sample:
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "task": "orders",
+        "grader": grader,
+        "score": 1.0,
+        "passed": True,
+        "detail": "matched",
+        "error": None,
+        "created_at": at,
+    }
+    values.update(fields)
+    return Sample(**values)
+
+
+async def test_samples_round_trip_newest_first(store: Store) -> None:
+    first = sample("run_1", "polite", 100.0)
+    failed = sample("run_2", "judged", 200.0, score=None, passed=False, detail=None, error="no")
+    await store.add_samples([first, failed])
+    assert await store.samples() == [failed, first]
+    assert await store.samples(limit=1) == [failed]
+    assert await store.samples(limit=0) == []
+    assert await store.samples(limit=None) == [failed, first]
+
+
+async def test_samples_filters(store: Store) -> None:
+    a = sample("run_1", "polite", 100.0)
+    b = sample("run_1", "judged", 150.0, task="refunds")
+    c = sample("run_2", "polite", 200.0)
+    await store.add_samples([a, b, c])
+    assert await store.samples(grader="polite") == [c, a]
+    assert await store.samples(task="refunds") == [b]
+    assert await store.samples(since=150.0) == [c, b]
+    assert await store.samples(until=150.0) == [a]
+    assert await store.samples(since=100.0, until=200.0, grader="polite") == [a]
+    assert await store.samples(task="nothing") == []
+
+
+async def test_a_sample_of_a_run_and_grader_is_written_once(store: Store) -> None:
+    first = sample("run_1", "polite", 100.0, score=1.0)
+    again = sample("run_1", "polite", 300.0, score=0.0, passed=False)
+    await store.add_samples([first])
+    await store.add_samples([again, sample("run_1", "judged", 300.0)])
+    got = await store.samples(grader="polite")
+    assert got == [first]
+    assert len(await store.samples()) == 2
+
+
+async def test_a_sample_whose_score_cannot_be_stored_writes_nothing(store: Store) -> None:
+    good = sample("run_1", "polite", 100.0)
+    bad = sample("run_1", "judged", 100.0, score=float("nan"))
+    with pytest.raises(StoreError, match=r"judged.*finite number"):
+        await store.add_samples([good, bad])
+    assert await store.samples() == []
+    with pytest.raises(ValueError, match="limit"):
+        await store.samples(limit=-1)
+
+
+async def test_samples_on_a_closed_store_raise(store: Store) -> None:
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.add_samples([sample("run_1", "polite", 1.0)])
+    with pytest.raises(StoreError, match="closed"):
+        await store.samples()

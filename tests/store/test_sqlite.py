@@ -22,6 +22,7 @@ import pytest_asyncio
 
 from pytest_harness.errors import StoreError
 from pytest_harness.store import EventDraft, NewApproval, NewRun, SQLiteStore
+from pytest_harness.store.base import Sample
 from pytest_harness.store.sqlite import SCHEMA_VERSION
 
 pytestmark = pytest.mark.asyncio
@@ -210,7 +211,8 @@ async def test_a_version_1_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -
     store = SQLiteStore(path)
     record, _ = await store.create_run(new_run())
     await store.close()
-    with raw(path) as conn:  # what version 1 wrote: no control column
+    with raw(path) as conn:  # what version 1 wrote: no control column, no samples
+        conn.execute("DROP TABLE samples")
         conn.execute("ALTER TABLE runs DROP COLUMN control")
         conn.execute("DELETE FROM schema_version WHERE version > 1")
     migrated = SQLiteStore(path)
@@ -465,3 +467,31 @@ async def test_many_tasks_on_one_store(store: SQLiteStore) -> None:
     assert len(runs) == 50
     for run in runs:
         assert [e.kind for e in await store.events(run.run_id)] == ["run_started"] + ["step"] * 3
+
+
+async def test_a_version_2_file_gets_the_samples_table(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    record, _ = await store.create_run(new_run())
+    await store.close()
+    with raw(path) as conn:  # what version 2 wrote: no samples table
+        conn.execute("DROP TABLE samples")
+        conn.execute("DELETE FROM schema_version WHERE version > 2")
+    migrated = SQLiteStore(path)
+    try:
+        assert (await migrated.get_run(record.run_id)).run_id == record.run_id
+        graded = Sample(
+            run_id=record.run_id,
+            task="orders",
+            grader="polite",
+            score=1.0,
+            passed=True,
+            created_at=5.0,
+        )
+        await migrated.add_samples([graded])
+        assert await migrated.samples() == [graded]
+    finally:
+        await migrated.close()
+    with raw(path) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM schema_version")]
+    assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION >= 3
