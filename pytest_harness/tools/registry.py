@@ -225,6 +225,11 @@ class Tool:
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, {self.spec.call!r})"
 
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The names of the function's parameters, in order."""
+        return self._names
+
     def validate(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Validate and convert `args`, or raise `InvalidToolArguments` listing what is wrong.
 
