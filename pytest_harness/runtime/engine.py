@@ -537,7 +537,7 @@ class Driver:
                     call["decision"] = None
                     call["approvals"] = []
                     for rule in verdict.approvals:
-                        entry = {
+                        entry: dict[str, Any] = {
                             "approval_id": approval_id(key, rule.id, first=not call["approvals"]),
                             "rule": rule.id,
                             "approvers": list(rule.approvers),
