@@ -85,6 +85,8 @@ if TYPE_CHECKING:
     from pytest_harness.tools.registry import ToolOutcome
 
 _UNSET: Any = object()
+PARTS = ("system", "tools", "messages")
+"""The parts of a model request a recording keeps a digest of."""
 
 __all__ = ["Driver", "approval_id", "args_digest", "execution_key"]
 
@@ -234,6 +236,16 @@ class Driver:
                 state.rec = {
                     "spec_digest": self.ctx.spec_digest,
                     "history": list(self.history),
+                    # kept once: every request of the run has this prompt and these schemas
+                    "system": self.plan.spec.prompt,
+                    "tool_schemas": [
+                        {
+                            "name": t.name,
+                            "description": t.description,
+                            "parameters": dict(t.parameters),
+                        }
+                        for t in self.plan.schemas
+                    ],
                     "models": [],
                     "tools": [],
                     "approvals": [],
@@ -1014,8 +1026,10 @@ class Driver:
                 {
                     "model": link.name,
                     "attempt": request.attempt_id,  # kept in the store, never in golden files
-                    # the digest of the redacted request, so golden files compare equal
+                    # digests of the redacted request, so golden files compare equal: whole,
+                    # and part by part, so a replay can say which part changed
                     "digest": content_digest(comparable(content)),
+                    "parts": {part: content_digest(comparable(content[part])) for part in PARTS},
                     "request": content if self.ctx.keep_requests else None,
                     "answer": answer,
                 }

@@ -496,18 +496,23 @@ class Harness:
         except RunBusy:  # a worker took it meanwhile: it acts on the request itself
             return await self.result(run_id)
 
-    async def replay(self, source: str | os.PathLike[str] | Recording) -> ReplayReport:
+    async def replay(
+        self, source: str | os.PathLike[str] | Recording, *, tools: str | None = None
+    ) -> ReplayReport:
         """Replay a stored run (by id), a `Recording`, or a recording file against this spec.
 
         Model answers, tool results and approvals all come from the recording: nothing calls
-        out and no tool runs. The report says whether the status, output or decisions changed,
-        how many model requests differ, and whether the replay diverged (asked for something
-        the recording lacks).
+        out and no tool runs, but today's tool contracts apply (arguments today's schema
+        rejects get `invalid_arguments`; a tool no longer in the task, `unknown`). With
+        `tools="safe"`, tools whose replay policy is `safe` really run and a result that
+        differs from the recorded one is a changed `tool` decision. The report says whether
+        the status, output or decisions changed, how many model requests differ and in which
+        part, and whether the replay diverged (asked for something the recording lacks).
         """
         from pytest_harness.replay.replayer import replay
 
         await self._open()
-        return await replay(self, source)
+        return await replay(self, source, tools=tools)
 
     async def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
         """Write a recorded run as a golden recording file (`.yaml`, redacted).

@@ -218,7 +218,15 @@ def test_fail_on_requests_fails_after_a_prompt_change(project: Project) -> None:
     result.assert_outcomes(passed=1)
     result = project.run("--replay-recordings", "--replay-fail-on=requests", "-k", "small")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*same: recording*", "  model requests changed: 3 of 3"])
+    result.stdout.fnmatch_lines(
+        [
+            "*same: recording*",
+            "  model requests changed: 3 of 3 (system prompt: 1 line changed)",
+            "  system prompt:",
+            "    -You are the order desk.",
+            "    +You are a careful order desk.",
+        ]
+    )
     result = project.run("--update-recordings", "-k", "small")  # implies --replay-recordings
     result.assert_outcomes(passed=1)
     result = project.run("--replay-recordings", "--replay-fail-on=requests", "-k", "small")

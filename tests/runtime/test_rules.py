@@ -300,3 +300,46 @@ async def test_the_example_specs_still_load(spec_path) -> None:
     path = Path(__file__).resolve().parents[2] / spec_path
     async with ph.load(path, env="offline", store="memory") as harness:
         assert harness.plans.tasks
+
+
+# -- assert_trace ------------------------------------------------------------------------------
+
+
+async def test_assert_trace_counts_ok_calls_and_names_the_others(app) -> None:
+    write(
+        app,
+        """
+  - id: no-explode
+    when: tool == "explode"
+    then: deny
+""",
+        "[{call: lookup_order, args: {order_id: A-1}}, {call: refund, args: {order: A-1}}, "
+        "{call: explode, args: {}}, {say: done}]",
+    )
+    async with ph.load(app.spec) as harness:
+        result = await harness.run("orders", "Go", principal="ann")
+    assert_trace(result, tools=["lookup_order"])
+    assert_trace(
+        result,
+        tools=["lookup_order", "refund", "explode"],
+        outcomes=["ok", "invalid_arguments", "denied"],
+    )
+    with pytest.raises(AssertionError) as failed:
+        assert_trace(result, tools=["lookup_order", "refund"])
+    message = str(failed.value)
+    assert (
+        "tools: expected [lookup_order, refund], got [lookup_order] (not counted, outcome not ok: "
+        "refund → invalid_arguments, explode → denied)"
+    ) in message
+
+
+async def test_assert_trace_shows_the_runs_error_first(app) -> None:
+    write(app, "  []", "[{call: lookup_order, args: {order_id: A-1}}]")
+    async with ph.load(app.spec) as harness:
+        result = await harness.run("orders", "Go", principal="ann")
+    assert result.status is ph.RunStatus.FAILED
+    with pytest.raises(AssertionError) as failed:
+        assert_trace(result, status="completed")
+    lines = str(failed.value).splitlines()
+    assert lines[1].startswith("  error: ScriptExhausted: ")
+    assert lines[2] == "  status: expected completed, got failed"
