@@ -210,6 +210,11 @@ def _report_data(
         "differences": sorted(report.differences),
         "status": list(report.status),
         "reason": report.diverged,
+        "requests": {
+            "changed": report.model_requests_changed[0],
+            "total": report.model_requests_changed[1],
+            "parts": list(report.requests_explained),
+        },
     }
     if failed or outcome == "updated" or settings.report is not None:
         data["plain"] = report.render()

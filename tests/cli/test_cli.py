@@ -548,3 +548,19 @@ def test_the_console_script_records_approves_exports_and_replays(quickstart: Pat
         check=False,
     )
     assert module.returncode == 0 and module.stdout.startswith("pytest-harness ")
+
+
+def test_replay_tools_safe_invokes_safe_tools(cli) -> None:
+    run_id = record_refund(cli)
+    tools = Path("shop/tools.py")
+    tools.write_text(
+        tools.read_text(encoding="utf-8").replace('"status": "delivered"', '"status": "lost"')
+    )
+    for name in [m for m in sys.modules if m == "shop" or m.startswith("shop.")]:
+        del sys.modules[name]
+    assert cli("replay", run_id, "harness.yaml").code == 0  # no tool runs
+    safe = cli("replay", run_id, "harness.yaml", "--tools", "safe")
+    assert safe.code == 1
+    assert "~ step 1 tool lookup_order → ok (result.status: 'delivered' → 'lost')" in safe.out
+    bad = cli("replay", run_id, "harness.yaml", "--tools", "all")
+    assert bad.code == 2 and "invalid choice: 'all'" in bad.err
