@@ -125,7 +125,18 @@ async def replay(
                 ),
             )
             result = await twin.result(record.run_id)
-        replayed = Recording.from_run(await twin.store.get_run(record.run_id))
+        stored = await twin.store.get_run(record.run_id)
+        if stored.state.get("rec"):
+            replayed = Recording.from_run(stored)
+        else:  # it diverged before its first commit (at its first model request)
+            replayed = Recording(
+                task=recording.task,
+                input=recording.input,
+                principal=recording.principal,
+                tenant=recording.tenant,
+                labels=recording.labels,
+                status=result.status.value,
+            )
     # what leaves the store is compared redacted, as the recording was kept
     replayed_trace = Trace.from_list(redact(result.trace.to_list()))
     recorded_trace = Trace.from_list(redact(recording.trace.to_list()))
