@@ -295,3 +295,19 @@ def test_replay_tools_safe_runs_safe_tools_and_fails_on_a_new_result(project: Pr
     result.stdout.fnmatch_lines(
         ["*changed: recording*", "*~ step 1 tool lookup_order → ok (result.total: 250.0 → 99.0)"]
     )
+
+
+def test_a_rule_that_fails_at_run_time_shows_its_cel_error_whole(project: Project) -> None:
+    recorded(project)
+    project.change_spec(
+        "rules:\n",
+        'rules:\n  - id: typed\n    when: tool == "refund" && args.amount > "lots"\n'
+        "    then: deny\n",
+    )
+    result = project.run("--replay-recordings", "-k", "small")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "deny (tool refund)" in text
+    line = next(x for x in text.splitlines() if "error: TypeError: No such overload" in x)
+    assert line.rstrip().endswith("or check the CEL specification.")  # whole: nothing cut
+    assert "\\'" not in text and "…" not in line
