@@ -343,3 +343,26 @@ async def test_assert_trace_shows_the_runs_error_first(app) -> None:
     lines = str(failed.value).splitlines()
     assert lines[1].startswith("  error: ScriptExhausted: ")
     assert lines[2] == "  status: expected completed, got failed"
+
+
+async def test_a_four_eyes_run_replays_the_same_and_a_changed_approver_role_is_drift(
+    app, tmp_path
+) -> None:
+    write(app, FOUR_EYES, REFUND_5000)
+    async with ph.load(app.spec, record=True) as harness:
+        waiting = await harness.run("orders", "Credit", principal="ann")
+        rows = {r.rule_id: r for r in await harness.store.approvals(waiting.run_id)}
+        # legal answers first: the recording keeps each decision with its rule
+        await harness.approve(
+            waiting.run_id, rows["legal-check"].approval_id, "approve", approver=LEGAL
+        )
+        done = await harness.approve(
+            waiting.run_id, rows["finance-check"].approval_id, "approve", approver=FINANCE
+        )
+        golden = await harness.export(done.run_id, tmp_path / "four-eyes.yaml")
+        assert (await harness.replay(golden)).same
+    app.spec.write_text(app.spec.read_text().replace("approvers: [legal]", "approvers: [counsel]"))
+    async with ph.load(app.spec) as harness:
+        report = await harness.replay(golden)
+    assert report.status == ("completed", "awaiting_approval")  # lena is no counsel
+    assert not report.same
