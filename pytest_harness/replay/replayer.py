@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, cast
 from pytest_harness.errors import ApprovalDenied, ArchiveError, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
 from pytest_harness.recording.model import Recording
-from pytest_harness.redaction import redact
+from pytest_harness.redaction import comparable
 from pytest_harness.replay.report import (
     Divergence,
     ReplayReport,
@@ -137,9 +137,12 @@ async def replay(
                 labels=recording.labels,
                 status=result.status.value,
             )
-    # what leaves the store is compared redacted, as the recording was kept
-    replayed_trace = Trace.from_list(redact(result.trace.to_list()))
-    recorded_trace = Trace.from_list(redact(recording.trace.to_list()))
+    recorded_trace, replayed_trace = recording.trace, result.trace
+    if tools is not None:
+        # Real tool results are raw, a golden file's are redacted: compare both redacted.
+        # (Without real tools every value of the replay comes from the recording itself.)
+        recorded_trace = Trace.from_list(comparable(recorded_trace.to_list()))
+        replayed_trace = Trace.from_list(comparable(replayed_trace.to_list()))
     decisions = () if divergence else diff_decisions(recorded_trace, replayed_trace)
     requests = request_changes(recording, replayed, tape.requests)
     return ReplayReport(

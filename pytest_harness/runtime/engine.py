@@ -1022,14 +1022,15 @@ class Driver:
         rec = self.state.rec
         if rec is not None:
             content = request.content()
+            seen = comparable(content)  # one scan for the whole request and its parts
             rec["models"].append(
                 {
                     "model": link.name,
                     "attempt": request.attempt_id,  # kept in the store, never in golden files
                     # digests of the redacted request, so golden files compare equal: whole,
                     # and part by part, so a replay can say which part changed
-                    "digest": content_digest(comparable(content)),
-                    "parts": {part: content_digest(comparable(content[part])) for part in PARTS},
+                    "digest": content_digest(seen),
+                    "parts": {part: content_digest(seen[part]) for part in PARTS},
                     "request": content if self.ctx.keep_requests else None,
                     "answer": answer,
                 }
