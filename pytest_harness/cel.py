@@ -10,20 +10,36 @@ import importlib.machinery
 import importlib.util
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["CelError", "CelProgram", "CelSyntaxError", "compile_expression"]
+__all__ = [
+    "ArgumentReads",
+    "CelError",
+    "CelProgram",
+    "CelSyntaxError",
+    "argument_reads",
+    "compile_expression",
+]
 
 _POSITION = re.compile(r"<input>:(\d+):(\d+):\s*(.*)")
 _module: ModuleType | None = None
 
 
 class CelError(Exception):
-    """An expression failed to evaluate (unknown key, type mismatch)."""
+    """An expression failed to evaluate (unknown key, type mismatch).
+
+    `.message` is CEL's own message (`no such key: 'amout'`), whole; `str()` adds the
+    expression it came from.
+    """
+
+    def __init__(self, expression: str, message: str) -> None:
+        self.expression = expression
+        self.message = message
+        super().__init__(f"{message} in {expression!r}")
 
 
 class CelSyntaxError(Exception):
@@ -50,8 +66,94 @@ class CelProgram:
         """Run the expression; raise `CelError` naming the expression when it cannot."""
         try:
             return self.program.execute(dict(variables))
-        except (KeyError, TypeError, RuntimeError, ValueError) as exc:
-            raise CelError(f"{self.source!r}: {type(exc).__name__}: {exc}") from None
+        except KeyError as exc:
+            key = exc.args[0] if exc.args else ""
+            raise CelError(self.source, f"no such key: {key!r}") from None
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise CelError(self.source, f"{type(exc).__name__}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentReads:
+    """What a rule condition reads of its call: `args` keys, and tools it names.
+
+    `names` are the keys read as `args.x` or `args["x"]`, each once, in order, without those
+    the condition also tests with `has(args.x)` or `"x" in args` (how it reads an optional
+    parameter). `tools` are the tools named by `tool == "…"` or `tool in [...]` (empty: any).
+    """
+
+    names: tuple[str, ...]
+    tools: tuple[str, ...]
+
+
+_TOKEN = re.compile(
+    r"""
+    (?P<space>\s+|//[^\n]*)
+  | (?P<string>(?:[rR][bB]?|[bB][rR]?)?
+        (?:'''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"))
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<op>==|!=|<=|>=|&&|\|\||.)
+    """,
+    re.VERBOSE,
+)
+_Token = tuple[str, str]
+
+
+def argument_reads(source: str) -> ArgumentReads:
+    """Scan a condition for the `args` keys it reads and the tools it names (no evaluation)."""
+    tokens: list[_Token] = []
+    for match in _TOKEN.finditer(source):
+        kind = match.lastgroup or "op"
+        if kind != "space":
+            tokens.append((kind, match.group()))
+
+    def at(i: int) -> _Token:
+        return tokens[i] if 0 <= i < len(tokens) else ("", "")
+
+    reads: list[str] = []
+    guarded: set[str] = set()
+    tools: list[str] = []
+    for i, (kind, text) in enumerate(tokens):
+        if kind == "name" and text == "args" and at(i - 1) != ("op", "."):
+            key = _key_after(at, i)
+            if key is None:
+                continue
+            reads.append(key)
+            if at(i - 2) == ("name", "has") and at(i - 1) == ("op", "("):
+                guarded.add(key)
+        elif kind == "string" and at(i + 1) == ("name", "in") and at(i + 2) == ("name", "args"):
+            guarded.add(_literal(text))
+        elif kind == "name" and text == "tool" and at(i - 1) != ("op", "."):
+            if at(i + 1) == ("op", "==") and at(i + 2)[0] == "string":
+                tools.append(_literal(at(i + 2)[1]))
+            elif at(i + 1) == ("name", "in") and at(i + 2) == ("op", "["):
+                j = i + 3
+                while at(j)[0] == "string":
+                    tools.append(_literal(at(j)[1]))
+                    j += 2 if at(j + 1) == ("op", ",") else 1
+        elif kind == "string" and at(i + 1) == ("op", "==") and at(i + 2) == ("name", "tool"):
+            tools.append(_literal(text))
+    names = tuple(dict.fromkeys(n for n in reads if n not in guarded))
+    return ArgumentReads(names=names, tools=tuple(dict.fromkeys(tools)))
+
+
+def _key_after(at: Callable[[int], _Token], i: int) -> str | None:
+    """The key read right after `args` at `i`: `args.x` or `args["x"]`, else None."""
+    if at(i + 1) == ("op", ".") and at(i + 2)[0] == "name":
+        return at(i + 2)[1]
+    if at(i + 1) == ("op", "[") and at(i + 2)[0] == "string" and at(i + 3) == ("op", "]"):
+        return _literal(at(i + 2)[1])
+    return None
+
+
+def _literal(token: str) -> str:
+    """The text of a CEL string literal (prefix and quotes dropped, simple escapes undone)."""
+    prefix = len(token) - len(token.lstrip("rRbB"))
+    raw = "r" in token[:prefix].lower()
+    body = token[prefix:]
+    quote = body[:3] if body[:3] in ("'''", '"""') else body[0]
+    body = body[len(quote) : -len(quote)]
+    return body if raw else re.sub(r"\\(.)", r"\1", body)
 
 
 def compile_expression(source: str) -> CelProgram:

@@ -146,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="print a JSON array of the reports, one object per input",
     )
     replay.add_argument(
+        "--tools",
+        choices=["safe"],
+        default=None,
+        help="safe: really invoke the tools whose replay policy is safe and compare their "
+        "results with the recorded ones (default: no tool runs)",
+    )
+    replay.add_argument(
         "--fail-on",
         metavar="KINDS",
         type=_fail_on,
@@ -282,7 +289,7 @@ async def _replay(args: argparse.Namespace, out: Console, err: Console) -> int:
         with _progress(err, len(sources), enabled=show_progress) as advance:
             for source in sources:
                 try:
-                    outcomes.append((source, await harness.replay(source)))
+                    outcomes.append((source, await harness.replay(source, tools=args.tools)))
                 except (HarnessError, OSError) as exc:
                     outcomes.append((source, exc))
                 advance(source)

@@ -85,6 +85,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default status,output,decisions); a divergence always fails.",
     )
     group.addoption(
+        "--replay-tools",
+        dest="harness_replay_tools",
+        choices=["safe"],
+        default=None,
+        help="safe = really invoke the tools whose replay policy is safe during replay and "
+        "compare their results with the recorded ones (default: no tool runs).",
+    )
+    group.addoption(
         "--update-recordings",
         dest="harness_update",
         action="store_true",

@@ -259,9 +259,14 @@ class SyncHarness:
         """Stored runs, newest first."""
         return self.wait(self.harness.runs(status=status, task=task, tenant=tenant, limit=limit))
 
-    def replay(self, source: str | os.PathLike[str] | Recording) -> ReplayReport:
-        """Replay a stored run, a `Recording` or a recording file against this spec."""
-        return self.wait(self.harness.replay(source))
+    def replay(
+        self, source: str | os.PathLike[str] | Recording, *, tools: str | None = None
+    ) -> ReplayReport:
+        """Replay a stored run, a `Recording` or a recording file against this spec.
+
+        `tools="safe"` runs the tools whose replay policy is `safe` and compares their results.
+        """
+        return self.wait(self.harness.replay(source, tools=tools))
 
     def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
         """Write a recorded run as a golden recording file."""
@@ -313,12 +318,16 @@ def assert_trace(
     fired: Iterable[str] = (),
     not_fired: Iterable[str] = (),
     tools: Sequence[str] | None = None,
+    outcomes: Iterable[str] = ("ok",),
     status: RunStatus | str | None = None,
 ) -> None:
     """Assert what a run did: rules and guards that fired or not, tools called, final status.
 
-    `tools` is the names of the tool calls that reached an outcome, in order. On failure the
-    message lists every mismatch, then the run's trace.
+    `tools` is the names of the tool calls, in order, whose outcome is one of `outcomes`
+    (default: only `ok`: a call that was denied, declined or rejected for its arguments did
+    not happen); the message names the calls left out and why. On failure the message starts
+    with the run's error (`ScriptExhausted: …`) when it has one, lists every mismatch, then
+    the run's trace (a rule whose condition failed shows its `error:`).
     """
     __tracebackhide__ = True
     problems: list[str] = []
@@ -338,11 +347,21 @@ def assert_trace(
             where = ", ".join(f"step {d.step} {d.summary()}" for d in hits)
             problems.append(f"expected {ident!r} not to fire; it fired: {where}")
     if tools is not None:
+        counted = frozenset(outcomes)
         actual = trace.tool_calls()
-        if [c.name for c in actual] != list(tools):
-            got = ", ".join(f"{c.name} ({c.outcome})" for c in actual) or "none"
-            problems.append(f"tools: expected [{', '.join(tools)}], got [{got}]")
+        kept = [c for c in actual if c.outcome in counted]
+        if [c.name for c in kept] != list(tools):
+            got = ", ".join(c.name for c in kept) or "none"
+            line = f"tools: expected [{', '.join(tools)}], got [{got}]"
+            left_out = [c for c in actual if c.outcome not in counted]
+            if left_out:
+                shown = ", ".join(f"{c.name} → {c.outcome}" for c in left_out)
+                line += f" (not counted, outcome not {'/'.join(sorted(counted))}: {shown})"
+            problems.append(line)
     if problems:
+        error = result.error
+        if error:
+            problems.insert(0, f"error: {error.get('type')}: {error.get('message')}")
         body = "\n".join(f"  {p}" for p in problems)
         rendered = textwrap.indent(trace.render() or "(empty)", "  ")
         raise AssertionError(

@@ -145,7 +145,8 @@ class RecordingItem(pytest.Item):
         assert self._recording is not None and self._harness is not None
         settings = self._settings
         try:
-            report = self.config.stash[REPLAY_SESSION].run(self._harness.replay(self._recording))
+            replaying = self._harness.replay(self._recording, tools=settings.replay_tools)
+            report = self.config.stash[REPLAY_SESSION].run(replaying)
         except HarnessError as exc:
             self._publish({"outcome": "error", "error": f"cannot replay {self.shown}: {exc}"})
             raise
@@ -209,6 +210,11 @@ def _report_data(
         "differences": sorted(report.differences),
         "status": list(report.status),
         "reason": report.diverged,
+        "requests": {
+            "changed": report.model_requests_changed[0],
+            "total": report.model_requests_changed[1],
+            "parts": list(report.requests_explained),
+        },
     }
     if failed or outcome == "updated" or settings.report is not None:
         data["plain"] = report.render()

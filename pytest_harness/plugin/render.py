@@ -102,6 +102,9 @@ def _decision_table(tw: TerminalWriter, changes: Sequence[Mapping[str, Any]]) ->
         kind = str(change.get("change"))
         sign = {"added": "+", "removed": "-"}.get(kind, "~")
         fields = [_field(f) for f in change.get("fields") or ()]
+        error = _error_of(change.get("actual")) or _error_of(change.get("expected"))
+        if error and not any(f.get("path") == "error" for f in change.get("fields") or ()):
+            fields.insert(0, f"error: {error}")  # a CEL message, whole: never cut by a column
         row: tuple[str, ...] = (
             sign,
             str(change.get("step")),
@@ -134,12 +137,27 @@ def _what(decision: Any) -> str:
         return "—"
     from pytest_harness.runtime.trace import Decision
 
-    summary = Decision.from_dict(decision).summary()
+    shown = Decision.from_dict(decision)
+    if shown.kind == "rule" and shown.detail.get("error"):  # the error goes on its own line
+        shown = Decision(shown.step, shown.kind, shown.key, {**shown.detail, "error": None})
+    summary = shown.summary()
     return summary.split(" → ", 1)[1] if " → " in summary else summary
 
 
+def _error_of(decision: Any) -> str | None:
+    if isinstance(decision, Mapping) and decision.get("kind") == "rule":
+        detail = decision.get("detail") or {}
+        error = detail.get("error") if isinstance(detail, Mapping) else None
+        return str(error) if error else None
+    return None
+
+
 def _field(diff: Mapping[str, Any]) -> str:
-    return f"{diff.get('path')}: {_value(diff.get('expected'))} → {_value(diff.get('actual'))}"
+    path = str(diff.get("path"))
+    if path == "error" or path.endswith(".error"):  # an error message reads whole, as written
+        before, after = (diff.get(k) for k in ("expected", "actual"))
+        return f"{path}: {'(none)' if before is None else before} → {after or '(none)'}"
+    return f"{path}: {_value(diff.get('expected'))} → {_value(diff.get('actual'))}"
 
 
 def _value(value: Any) -> str:

@@ -79,6 +79,7 @@ class Settings:
         "record",
         "recordings",
         "replay",
+        "replay_tools",
         "report",
         "rootpath",
         "spec",
@@ -99,6 +100,7 @@ class Settings:
         prune: bool = False,
         report: Path | None = None,
         allow_live: bool = False,
+        replay_tools: str | None = None,
     ) -> None:
         self.rootpath = rootpath
         self.spec = spec
@@ -111,6 +113,8 @@ class Settings:
         self.prune = prune
         self.report = report
         self.allow_live = allow_live
+        self.replay_tools = replay_tools
+        """`--replay-tools`: `safe` runs the safe tools during replay; None runs none."""
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -139,6 +143,7 @@ class Settings:
             prune=bool(opt.harness_prune),
             report=_path(report_opt, here) if report_opt else None,
             allow_live=bool(opt.harness_allow_live),
+            replay_tools=getattr(opt, "harness_replay_tools", None),
         )
 
     @property

@@ -291,6 +291,7 @@ class Ledger:
         if c["updated"]:
             line += f", {c['updated']} updated"
         tr.write_line(line, red=bad > 0, green=bad == 0, bold=True)
+        self._requests_summary(tr, c["total"])
         by_outcome: dict[str, list[dict[str, Any]]] = {}
         for data in sorted(self.replays.values(), key=lambda d: str(d.get("file"))):
             by_outcome.setdefault(str(data.get("outcome")), []).append(data)
@@ -306,6 +307,23 @@ class Ledger:
             tr.write_line(f"{title}:", yellow=outcome == "updated", red=outcome != "updated")
             for data in found:
                 tr.write_line(f"  {_describe(data)}")
+
+    def _requests_summary(self, tr: Any, total: int) -> None:
+        """Count the replays whose model requests changed, failing or not, and say what changed."""
+        changed = sorted(
+            (d for d in self.replays.values() if (d.get("requests") or {}).get("changed")),
+            key=lambda d: str(d.get("file")),
+        )
+        if not changed:
+            return
+        failing = "requests" in self.settings.fail_on
+        note = "" if failing else " (not failing: add requests to --replay-fail-on to fail on it)"
+        tr.write_line(f"model requests changed in {len(changed)} of {total} replayed{note}:")
+        for data in changed:
+            requests = data["requests"]
+            why = f" ({'; '.join(requests['parts'])})" if requests.get("parts") else ""
+            counted = f"{requests['changed']} of {requests['total']}"
+            tr.write_line(f"  {data.get('file')}: {counted}{why}")
 
     def _golden_summary(self, tr: Any) -> None:
         s = self.settings

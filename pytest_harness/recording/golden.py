@@ -1,8 +1,15 @@
 """Golden recording files: one run per file, UTF-8 YAML meant for git and code review.
 
-The file starts with `format: pytest-harness/recording@1`, its keys come in a fixed order, and
-it holds no timestamps, durations or generated ids, so re-recording an unchanged run writes the
-same bytes. Multi-line strings are written as literal blocks so a diff reads like prose.
+The file starts with `format: pytest-harness/recording@2`, its keys come in a fixed order, and
+it holds no timestamps, durations, generated ids or spec digest, so re-recording an unchanged
+run writes the same bytes and a spec edit touches only the files whose runs it changes.
+Multi-line strings are written as literal blocks so a diff reads like prose; numbers are
+written as decimals (`0.0000812`, never `8.12e-05`).
+
+Version 2 keeps the system prompt and the tool schemas once, and each model turn's request as
+the digests of its three parts (`system`, `tools`, `messages`), so a replay can say which part
+changed. A `@1` file (one digest per request, and the spec digest) is migrated on load: its
+turns keep the whole request's digest, and it is written as `@2` only when it is rewritten.
 Credential-shaped keys are redacted before anything is written. Writes are atomic (a temporary
 file in the same folder, then a rename), so a crash or two pytest-xdist workers never leave a
 half-written file. A file of a newer format is refused, naming both versions; an older one is
@@ -11,10 +18,12 @@ migrated on load.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,11 +38,27 @@ from pytest_harness.runtime.trace import Trace
 __all__ = ["FORMAT", "VERSION", "dump_recording", "read_recording", "write_recording"]
 
 FORMAT = "pytest-harness/recording"
-VERSION = 1
+VERSION = 2
 MAX_BYTES = 32 * 1024 * 1024
 """The largest recording file read."""
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """`@1` → `@2`: the spec digest goes; each turn's `request_digest` becomes `request.digest`."""
+    data.pop("spec_digest", None)
+    turns = data.get("model_turns")
+    if isinstance(turns, list):
+        for turn in turns:
+            if isinstance(turn, dict) and "request_digest" in turn:
+                digest = turn.pop("request_digest")
+                answer = turn.pop("answer", None)
+                turn["request"] = {"digest": digest}
+                if answer is not None:
+                    turn["answer"] = answer
+    return data
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
 """`version → function` turning a file of that version into the next one."""
 
 _FORMAT = re.compile(r"^pytest-harness/recording@(\d+)$")
@@ -43,9 +68,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class _Request(_Strict):
+    system: str | None = None
+    tools: str | None = None
+    messages: str | None = None
+    digest: str | None = None
+    """The whole request's digest (a turn migrated from `@1`)."""
+
+
 class _Turn(_Strict):
     model: str
-    request_digest: str
+    request: _Request
     answer: dict[str, Any]
 
 
@@ -94,8 +127,9 @@ class _File(_Strict):
     principal: dict[str, Any]
     tenant: str | None = None
     labels: dict[str, str] = {}
-    spec_digest: str = ""
     history: list[dict[str, Any]] = []
+    system: str | None = None
+    tool_schemas: list[dict[str, Any]] | None = None
     model_turns: list[_Turn] = []
     tool_results: list[_Tool] = []
     approvals: list[_Approval] = []
@@ -125,12 +159,10 @@ def read_recording(path: Path) -> Recording:
         principal=parsed.principal,
         tenant=parsed.tenant,
         labels=parsed.labels,
-        spec_digest=parsed.spec_digest,
         history=tuple(parsed.history),
-        model_turns=tuple(
-            ModelTurn(model=t.model, digest=t.request_digest, answer=t.answer)
-            for t in parsed.model_turns
-        ),
+        system=parsed.system,
+        tool_schemas=None if parsed.tool_schemas is None else tuple(parsed.tool_schemas),
+        model_turns=tuple(_turn(t) for t in parsed.model_turns),
         tool_results=tuple(
             ToolResult(name=t.name, args=t.args, outcome=t.outcome) for t in parsed.tool_results
         ),
@@ -154,6 +186,17 @@ def read_recording(path: Path) -> Recording:
         grades=tuple(g.model_dump() for g in parsed.grades),
         source=path,
     )
+
+
+def _turn(turn: _Turn) -> ModelTurn:
+    request = turn.request
+    parts = {"system": request.system, "tools": request.tools, "messages": request.messages}
+    if all(isinstance(v, str) for v in parts.values()):
+        full = {k: str(v) for k, v in parts.items()}
+        return ModelTurn(
+            model=turn.model, digest=request.digest or "", answer=turn.answer, parts=full
+        )
+    return ModelTurn(model=turn.model, digest=request.digest or "", answer=turn.answer)
 
 
 def _check_format(data: dict[str, Any], error: Callable[[str, Any], SpecError]) -> None:
@@ -238,4 +281,15 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
+def _float(dumper: yaml.SafeDumper, value: float) -> yaml.ScalarNode:
+    """A float as a plain decimal (`0.0000812`), which YAML reads back as the same float."""
+    if not math.isfinite(value):
+        return dumper.represent_float(value)
+    text = format(Decimal(repr(value)), "f")
+    if "." not in text:
+        text += ".0"
+    return dumper.represent_scalar("tag:yaml.org,2002:float", text)
+
+
 _Dumper.add_representer(str, _str)
+_Dumper.add_representer(float, _float)

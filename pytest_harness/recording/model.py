@@ -23,14 +23,24 @@ from pytest_harness.store.base import RunRecord
 __all__ = ["ApprovalDecision", "ModelTurn", "Recording", "ToolResult"]
 
 
+REQUEST_PARTS = ("system", "tools", "messages")
+"""The parts of a model request, each recorded by its own digest."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelTurn:
-    """One model request and the answer the run used (or the error it got)."""
+    """One model request and the answer the run used (or the error it got).
+
+    `parts` holds the digests of the request's system prompt, tool schemas and messages (what
+    a replay compares, part by part); `digest` is the digest of the whole request, the only
+    one a `@1` golden file kept (empty when the turn came from a `@2` file).
+    """
 
     model: str
     digest: str
     answer: Mapping[str, Any]
     request: Mapping[str, Any] | None = None
+    parts: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +74,12 @@ class Recording:
     tenant: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     spec_digest: str = ""
+    """The digest of the spec that ran it (kept in the store, not in golden files)."""
     history: tuple[Mapping[str, Any], ...] = ()
+    system: str | None = None
+    """The system prompt of its model requests, kept once (None: not recorded, as in `@1`)."""
+    tool_schemas: tuple[Mapping[str, Any], ...] | None = None
+    """The tool schemas its model requests offered, kept once (None: not recorded)."""
     model_turns: tuple[ModelTurn, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     approvals: tuple[ApprovalDecision, ...] = ()
@@ -99,9 +114,15 @@ class Recording:
             labels=dict(record.labels),
             spec_digest=str(rec.get("spec_digest") or ""),
             history=tuple(rec.get("history") or ()),
+            system=rec.get("system"),
+            tool_schemas=(None if rec.get("tool_schemas") is None else tuple(rec["tool_schemas"])),
             model_turns=tuple(
                 ModelTurn(
-                    model=t["model"], digest=t["digest"], answer=t["answer"], request=t["request"]
+                    model=t["model"],
+                    digest=t["digest"],
+                    answer=t["answer"],
+                    request=t["request"],
+                    parts=t.get("parts"),
                 )
                 for t in rec.get("models") or ()
             ),
@@ -139,6 +160,10 @@ class Recording:
             principal=redact(self.principal),
             labels=redact(self.labels),
             history=tuple(redact(list(self.history))),
+            system=redact(self.system),
+            tool_schemas=None
+            if self.tool_schemas is None
+            else tuple(redact(list(self.tool_schemas))),
             model_turns=tuple(
                 replace(
                     t,
@@ -158,18 +183,29 @@ class Recording:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The golden form: fixed key order, no request contents, volatile ids made stable."""
+        """The golden form (`@2`): fixed key order, request parts by digest, stable ids.
+
+        The system prompt and the tool schemas are kept once; each turn keeps the digests of
+        its request's parts (or, migrated from `@1`, the digest of the whole request).
+        """
         data: dict[str, Any] = {
-            "format": "pytest-harness/recording@1",
+            "format": "pytest-harness/recording@2",
             "task": self.task,
             "input": self.input,
             "principal": dict(self.principal),
             "tenant": self.tenant,
             "labels": dict(self.labels),
-            "spec_digest": self.spec_digest,
             "history": [dict(m) for m in self.history],
+            "system": self.system,
+            "tool_schemas": None
+            if self.tool_schemas is None
+            else [dict(t) for t in self.tool_schemas],
             "model_turns": [
-                {"model": t.model, "request_digest": t.digest, "answer": dict(t.answer)}
+                {
+                    "model": t.model,
+                    "request": dict(t.parts) if t.parts is not None else {"digest": t.digest},
+                    "answer": dict(t.answer),
+                }
                 for t in self.model_turns
             ],
             "tool_results": [

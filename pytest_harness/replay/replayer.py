@@ -5,6 +5,11 @@ and guards, but every model answer, tool result and approval decision comes from
 approval the recording answered is answered again by the same approver, checked against
 today's rules (an approver who would be refused now does not count); one it never answered
 leaves the replay waiting, as a live run would stop.
+
+Today's tool contracts apply as in a live run: a recorded call whose arguments today's schema
+rejects gets `invalid_arguments`, a tool no longer in the task gets the live run's `unknown`
+outcome. With `tools="safe"`, tools whose replay policy is `safe` really run and their results
+are compared with the recorded ones (a changed `tool` decision when they differ).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from pytest_harness.errors import ApprovalDenied, ArchiveError, ReplayDiverged
+from pytest_harness.errors import ApprovalDenied, ArchiveError, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
 from pytest_harness.recording.model import Recording
+from pytest_harness.redaction import comparable
 from pytest_harness.replay.report import (
     Divergence,
     ReplayReport,
@@ -24,15 +30,18 @@ from pytest_harness.replay.report import (
     diff_fields,
     output_diff,
 )
+from pytest_harness.replay.requests import request_changes
 from pytest_harness.replay.tape import Tape, TapeModel, TapeTool
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
+from pytest_harness.runtime.trace import Trace
+from pytest_harness.spec.schema import ReplayPolicy
 from pytest_harness.store.memory import MemoryStore
 
 if TYPE_CHECKING:
     from pytest_harness.runtime.harness import Harness
 
-__all__ = ["load_source", "replay"]
+__all__ = ["TOOL_MODES", "load_source", "replay"]
 
 
 async def load_source(harness: Harness, source: str | os.PathLike[str] | Recording) -> Recording:
@@ -49,10 +58,24 @@ async def load_source(harness: Harness, source: str | os.PathLike[str] | Recordi
     return Recording.load(path)
 
 
-async def replay(harness: Harness, source: str | os.PathLike[str] | Recording) -> ReplayReport:
-    """Replay `source` against `harness`'s spec and return the report."""
+TOOL_MODES = ("safe",)
+"""What `replay(..., tools=)` accepts besides None (no tool runs)."""
+
+
+async def replay(
+    harness: Harness, source: str | os.PathLike[str] | Recording, *, tools: str | None = None
+) -> ReplayReport:
+    """Replay `source` against `harness`'s spec and return the report.
+
+    `tools="safe"` really invokes the tools whose replay policy is `safe`; None runs none.
+    """
     from pytest_harness.runtime.harness import Harness
 
+    if tools is not None and tools not in TOOL_MODES:
+        raise HarnessError(
+            f"replay tools={tools!r}: choose None (no tool runs) or 'safe' (tools whose "
+            "replay policy is safe run for real)"
+        )
     recording = await load_source(harness, source)
     plan = harness._plan(recording.task)
     tape = Tape(recording)
@@ -60,7 +83,12 @@ async def replay(harness: Harness, source: str | os.PathLike[str] | Recording) -
     twin_plan = replace(
         plan,
         models=tuple(replace(link, provider=model) for link in plan.models),
-        tools={name: TapeTool(tool, tape) for name, tool in plan.tools.items()},
+        tools={
+            name: TapeTool(
+                tool, tape, invoke=tools == "safe" and tool.spec.replay is ReplayPolicy.SAFE
+            )
+            for name, tool in plan.tools.items()
+        },
     )
     twin = Harness(
         harness.spec,
@@ -97,8 +125,26 @@ async def replay(harness: Harness, source: str | os.PathLike[str] | Recording) -
                 ),
             )
             result = await twin.result(record.run_id)
-        replayed = Recording.from_run(await twin.store.get_run(record.run_id))
-    decisions = () if divergence else diff_decisions(recording.trace, result.trace)
+        stored = await twin.store.get_run(record.run_id)
+        if stored.state.get("rec"):
+            replayed = Recording.from_run(stored)
+        else:  # it diverged before its first commit (at its first model request)
+            replayed = Recording(
+                task=recording.task,
+                input=recording.input,
+                principal=recording.principal,
+                tenant=recording.tenant,
+                labels=recording.labels,
+                status=result.status.value,
+            )
+    recorded_trace, replayed_trace = recording.trace, result.trace
+    if tools is not None:
+        # Real tool results are raw, a golden file's are redacted: compare both redacted.
+        # (Without real tools every value of the replay comes from the recording itself.)
+        recorded_trace = Trace.from_list(comparable(recorded_trace.to_list()))
+        replayed_trace = Trace.from_list(comparable(replayed_trace.to_list()))
+    decisions = () if divergence else diff_decisions(recorded_trace, replayed_trace)
+    requests = request_changes(recording, replayed, tape.requests)
     not_regraded: tuple[str, ...] = ()
     if harness.evals is not None and divergence is None:  # graders in the gate (evals/)
         from pytest_harness.evals.replay import regrade
@@ -115,7 +161,9 @@ async def replay(harness: Harness, source: str | os.PathLike[str] | Recording) -
         output=(recording.output, result.output),
         output_diff=() if divergence else output_diff(recording.output, result.output),
         decisions=decisions,
-        model_requests_changed=(_requests_changed(recording, replayed, tape), tape.requests),
+        model_requests_changed=(requests.changed, tape.requests),
+        requests_explained=requests.explained,
+        prompt_diff=requests.prompt_diff,
         model_answers_used=(tape.turns_used, len(tape.turns)),
         divergence=divergence,
         not_regraded=not_regraded,
@@ -126,11 +174,13 @@ async def replay(harness: Harness, source: str | os.PathLike[str] | Recording) -
 async def _answer_approvals(twin: Harness, tape: Tape, result: RunResult) -> RunResult:
     """Answer the replay's approvals with the recorded decisions, while any apply."""
     while result.status is RunStatus.AWAITING_APPROVAL:
+        rules = {row.approval_id: row.rule_id for row in await twin.store.approvals(result.run_id)}
         answered = False
         for pending in result.pending:
             if pending.status != "approval" or pending.approval_id is None:
                 continue
-            decision = tape.approval(pending.call.name, pending.call.args)
+            rule = rules.get(pending.approval_id)
+            decision = tape.approval(pending.call.name, pending.call.args, rule)
             if decision is None:
                 continue
             approver = Principal(
@@ -153,15 +203,3 @@ async def _answer_approvals(twin: Harness, tape: Tape, result: RunResult) -> Run
         if not answered:
             return result
     return result
-
-
-def _requests_changed(recording: Recording, replayed: Recording, tape: Tape) -> int:
-    """How many of the replay's model requests differ (by digest) from the recorded ones.
-
-    A request past the end of the recording counts as changed, whether or not the replay got
-    far enough to record it.
-    """
-    before = [t.digest for t in recording.model_turns]
-    after = [t.digest for t in replayed.model_turns]
-    changed = sum(1 for i, digest in enumerate(after) if i >= len(before) or digest != before[i])
-    return changed + max(0, tape.requests - len(after))

@@ -40,7 +40,9 @@ class FieldDiff:
     actual: Any
 
     def render(self) -> str:
-        """`args.amount: 250 → 300`."""
+        """`args.amount: 250 → 300`; an error message is shown whole, as it is."""
+        if self.path == "error" or self.path.endswith(".error"):
+            return f"{self.path}: {_whole(self.expected)} → {_whole(self.actual)}"
         return f"{self.path}: {_show(self.expected)} → {_show(self.actual)}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,6 +125,10 @@ class ReplayReport:
     decisions: tuple[DecisionChange, ...] = ()
     model_requests_changed: tuple[int, int] = (0, 0)
     """(changed, total) model requests of the replay, compared by digest."""
+    requests_explained: tuple[str, ...] = ()
+    """Which parts of the changed requests changed (`system prompt: 1 line changed`, …)."""
+    prompt_diff: tuple[str, ...] = ()
+    """A unified diff of the system prompt, recorded → today (empty when it is the same)."""
     model_answers_used: tuple[int, int] = (0, 0)
     """(used, total) recorded model answers."""
     divergence: Divergence | None = None
@@ -197,7 +203,11 @@ class ReplayReport:
                 lines.append("  output: same")
         changed, total = self.model_requests_changed
         if changed:
-            lines.append(f"  model requests changed: {changed} of {total}")
+            why = f" ({'; '.join(self.requests_explained)})" if self.requests_explained else ""
+            lines.append(f"  model requests changed: {changed} of {total}{why}")
+            if self.prompt_diff:
+                lines.append("  system prompt:")
+                lines.extend(f"    {line}" for line in self.prompt_diff)
         used, recorded_total = self.model_answers_used
         lines.append(f"  model answers used: {used} of {recorded_total}")
         lines.extend(f"  not re-graded: {note}" for note in self.not_regraded)
@@ -221,6 +231,8 @@ class ReplayReport:
             "model_requests_changed": {
                 "changed": self.model_requests_changed[0],
                 "total": self.model_requests_changed[1],
+                "parts": list(self.requests_explained),
+                "prompt_diff": list(self.prompt_diff),
             },
             "model_answers_used": {
                 "used": self.model_answers_used[0],
@@ -323,6 +335,13 @@ def _dotted(path: str) -> str:
         else:
             out += f".{name}" if out else name
     return out or "(value)"
+
+
+def _whole(value: Any) -> str:
+    """A value as it is: a string unquoted and uncut (CEL and tool errors read as written)."""
+    if value is None:
+        return "(none)"
+    return value if isinstance(value, str) else _show(value, width=10_000)
 
 
 def _show(value: Any, width: int = 80) -> str:

@@ -4,6 +4,11 @@
 tool call with the recorded result for the same tool and arguments (each recorded result is
 used once, in order). Neither calls out. When the replay asks for something the tape lacks,
 they raise `ReplayDiverged` with what was recorded and what was asked.
+
+A `TapeTool` applies today's tool contract first, as a live run would: arguments today's
+schema rejects get the `invalid_arguments` outcome, whatever the recording says. With
+`invoke=True` (a `safe` tool under `tools="safe"`) it calls the real tool instead and uses
+today's result; the recorded one is set aside, and the trace shows the difference.
 """
 
 from __future__ import annotations
@@ -94,10 +99,26 @@ class Tape:
             actual={"name": name, "args": dict(args)},
         )
 
-    def approval(self, tool: str, args: Mapping[str, Any]) -> ApprovalDecision | None:
-        """The recorded decision for this call, if any (each used once)."""
-        queue = self._approvals.get(_key(tool, args))
+    def take_tool_result(self, name: str, args: Mapping[str, Any]) -> ToolOutcome | None:
+        """The recorded outcome of this call, used up, or None when there is none."""
+        queue = self._tools.get(_key(name, args))
         return queue.pop(0) if queue else None
+
+    def approval(
+        self, tool: str, args: Mapping[str, Any], rule: str | None = None
+    ) -> ApprovalDecision | None:
+        """The recorded decision for this call and rule, if any (each used once).
+
+        A decision recorded for another rule of the same call stands in when none was recorded
+        for `rule` (a renamed rule); its approver is checked against today's rule all the same.
+        """
+        queue = self._approvals.get(_key(tool, args))
+        if not queue:
+            return None
+        for index, decision in enumerate(queue):
+            if decision.rule == rule:
+                return queue.pop(index)
+        return queue.pop(0)
 
 
 class TapeModel:
@@ -119,12 +140,14 @@ class TapeModel:
 
 
 class TapeTool:
-    """A tool whose results come from the tape; the real function is never called."""
+    """A tool whose results come from the tape (or, with `invoke`, from the real tool)."""
 
-    def __init__(self, tool: PlanTool, tape: Tape) -> None:
+    def __init__(self, tool: PlanTool, tape: Tape, *, invoke: bool = False) -> None:
         self.name = tool.name
         self.spec = tool.spec
+        self.tool = tool
         self.tape = tape
+        self.invoke_real = invoke
 
     async def invoke(
         self,
@@ -133,5 +156,13 @@ class TapeTool:
         *,
         overall_timeout: float | None = None,
     ) -> ToolOutcome:
-        """The recorded outcome of the same call."""
+        """Today's verdict on the arguments, then the recorded outcome of the same call."""
+        check = getattr(self.tool, "check", None)
+        if check is not None:
+            rejected: ToolOutcome | None = check(args)
+            if rejected is not None:
+                return rejected
+        if self.invoke_real:
+            self.tape.take_tool_result(self.name, args)
+            return await self.tool.invoke(args, context, overall_timeout=overall_timeout)
         return self.tape.tool_result(self.name, args)

@@ -75,7 +75,7 @@ from pytest_harness.runtime.retrying import (
     first_event_message,
 )
 from pytest_harness.runtime.rules import evaluate_rules
-from pytest_harness.runtime.state import RunState, result_from_state
+from pytest_harness.runtime.state import RunState, call_approvals, result_from_state
 from pytest_harness.runtime.trace import Decision
 from pytest_harness.spec.schema import Effect, ReplayPolicy
 from pytest_harness.store.base import ApprovalRow, EventDraft, NewApproval, RunRecord, Store
@@ -85,14 +85,28 @@ if TYPE_CHECKING:
     from pytest_harness.tools.registry import ToolOutcome
 
 _UNSET: Any = object()
+PARTS = ("system", "tools", "messages")
+"""The parts of a model request a recording keeps a digest of."""
 
-__all__ = ["Driver", "args_digest", "execution_key"]
+__all__ = ["Driver", "approval_id", "args_digest", "execution_key"]
 
 
 def execution_key(run_id: str, step: int, index: int) -> str:
     """The stable key of call `index` of model step `step` in a run."""
     digest = hashlib.blake2b(f"{run_id}:{step}:{index}".encode(), digest_size=16).hexdigest()
     return f"exk_{digest}"
+
+
+def approval_id(key: str, rule_id: str, *, first: bool) -> str:
+    """The id of the approval request of call `key` for rule `rule_id`.
+
+    The first request of a call takes the call's own digest, so a call that needs one approval
+    keeps the id it always had; each further one is told apart by its rule.
+    """
+    if first:
+        return "apr_" + key.removeprefix("exk_")
+    digest = hashlib.blake2b(f"{key}:{rule_id}".encode(), digest_size=16).hexdigest()
+    return f"apr_{digest}"
 
 
 def args_digest(args: Mapping[str, Any]) -> str:
@@ -222,6 +236,16 @@ class Driver:
                 state.rec = {
                     "spec_digest": self.ctx.spec_digest,
                     "history": list(self.history),
+                    # kept once: every request of the run has this prompt and these schemas
+                    "system": self.plan.spec.prompt,
+                    "tool_schemas": [
+                        {
+                            "name": t.name,
+                            "description": t.description,
+                            "parameters": dict(t.parameters),
+                        }
+                        for t in self.plan.schemas
+                    ],
                     "models": [],
                     "tools": [],
                     "approvals": [],
@@ -521,25 +545,31 @@ class Driver:
                     call["rule"] = verdict.rule.id
                     call["message"] = verdict.rule.message
                 if verdict.effect is Effect.APPROVE:
-                    assert verdict.rule is not None
-                    call["approval_id"] = "apr_" + key.removeprefix("exk_")
-                    call["approvers"] = list(verdict.rule.approvers)
-                    call["self_approve"] = verdict.rule.self_approve
                     call["requested_by"] = self.principal.id
                     call["decision"] = None
-                    approvals.append(
-                        NewApproval(
-                            approval_id=call["approval_id"],
-                            execution_key=key,
-                            args_digest=args_digest(proposed.args),
-                            tool=proposed.name,
-                            args=dict(proposed.args),
-                            rule_id=verdict.rule.id,
-                            approvers=tuple(verdict.rule.approvers),
-                            requested_by=self.principal.id,
-                            self_approve=verdict.rule.self_approve,
+                    call["approvals"] = []
+                    for rule in verdict.approvals:
+                        entry: dict[str, Any] = {
+                            "approval_id": approval_id(key, rule.id, first=not call["approvals"]),
+                            "rule": rule.id,
+                            "approvers": list(rule.approvers),
+                            "self_approve": rule.self_approve,
+                            "decision": None,
+                        }
+                        call["approvals"].append(entry)
+                        approvals.append(
+                            NewApproval(
+                                approval_id=entry["approval_id"],
+                                execution_key=key,
+                                args_digest=args_digest(proposed.args),
+                                tool=proposed.name,
+                                args=dict(proposed.args),
+                                rule_id=rule.id,
+                                approvers=tuple(rule.approvers),
+                                requested_by=self.principal.id,
+                                self_approve=rule.self_approve,
+                            )
                         )
-                    )
             state.calls.append(call)
         state.phase = "tools"
         if not approvals:
@@ -944,38 +974,63 @@ class Driver:
         return self.result()
 
     def apply_decisions(self, decided: Mapping[str, ApprovalRow]) -> None:
-        """Bring the answered approvals (by approval id) into the state."""
+        """Bring the answered approvals (by approval id) into the state.
+
+        A call runs when every one of its requests is approved; one `decline` declines it at
+        once, and its requests still open close as `moot`. Each answer is an `approval`
+        decision, in the order of the rules that asked.
+        """
         state = self.state
         for call in state.calls:
-            approval_id = call.get("approval_id")
-            if approval_id is None or approval_id not in decided or call.get("decision"):
+            if call.get("verdict") != "approve" or call.get("decision"):
                 continue
-            row = decided[approval_id]
-            call["decision"] = row.status
-            detail = {"decision": row.status, "approver": row.approver, "rule": call.get("rule")}
-            self._decide(Decision(state.steps, "approval", call["name"], detail))
-            if state.rec is not None:
-                state.rec["approvals"].append(
-                    {
-                        "tool": call["name"],
-                        "args": call["args"],
-                        "rule": call.get("rule"),
-                        "decision": row.status,
-                        "approver": {"id": row.approver, "roles": list(row.approver_roles)},
-                        "reason": row.reason,
-                    }
-                )
+            entries = call_approvals(call)
+            changed = False
+            for entry in entries:
+                row = decided.get(entry["approval_id"])
+                if entry.get("decision") is not None or row is None:
+                    continue
+                changed = True
+                entry["decision"] = row.status
+                detail = {"decision": row.status, "approver": row.approver, "rule": entry["rule"]}
+                self._decide(Decision(state.steps, "approval", call["name"], detail))
+                if state.rec is not None:
+                    state.rec["approvals"].append(
+                        {
+                            "tool": call["name"],
+                            "args": call["args"],
+                            "rule": entry["rule"],
+                            "decision": row.status,
+                            "approver": {"id": row.approver, "roles": list(row.approver_roles)},
+                            "reason": row.reason,
+                        }
+                    )
+            if any(e.get("decision") == "decline" for e in entries):
+                for entry in entries:
+                    if entry.get("decision") is None:
+                        changed = True
+                        entry["decision"] = "moot"
+                        detail = {"decision": "moot", "rule": entry["rule"]}
+                        self._decide(Decision(state.steps, "approval", call["name"], detail))
+                call["decision"] = "decline"
+            elif entries and all(e.get("decision") == "approve" for e in entries):
+                call["decision"] = "approve"
+            if changed:
+                call["approvals"] = entries
 
     def _record_turn(self, link: ModelLink, request: ModelRequest, answer: dict[str, Any]) -> None:
         rec = self.state.rec
         if rec is not None:
             content = request.content()
+            seen = comparable(content)  # one scan for the whole request and its parts
             rec["models"].append(
                 {
                     "model": link.name,
                     "attempt": request.attempt_id,  # kept in the store, never in golden files
-                    # the digest of the redacted request, so golden files compare equal
-                    "digest": content_digest(comparable(content)),
+                    # digests of the redacted request, so golden files compare equal: whole,
+                    # and part by part, so a replay can say which part changed
+                    "digest": content_digest(seen),
+                    "parts": {part: content_digest(seen[part]) for part in PARTS},
                     "request": content if self.ctx.keep_requests else None,
                     "answer": answer,
                 }

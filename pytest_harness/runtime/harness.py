@@ -16,7 +16,7 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -39,7 +39,7 @@ from pytest_harness.runtime.events import EventHub, follow
 from pytest_harness.runtime.plan import Plans, TaskPlan
 from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
-from pytest_harness.runtime.state import RunState, result_from_state
+from pytest_harness.runtime.state import RunState, call_approvals, result_from_state
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import (
     ApprovalRow,
@@ -285,6 +285,7 @@ class Harness:
         if record.status in (RunStatus.AWAITING_APPROVAL.value, RunStatus.PAUSED.value):
             rows = await self.store.approvals(run_id)
             answered = frozenset(r.approval_id for r in rows if r.status != "pending")
+            answered |= _moot(rows)
         return _result(record, answered)
 
     async def runs(
@@ -347,6 +348,16 @@ class Harness:
                 f"run {run_id} has no approval {approval_id!r} (its approvals: {known})"
             )
         answerable = (RunStatus.AWAITING_APPROVAL.value, RunStatus.PAUSED.value)
+        if approval_id in _moot(rows.values()):
+            declined = next(
+                r
+                for r in rows.values()
+                if r.execution_key == row.execution_key and r.status == "decline"
+            )
+            raise ResolutionError(
+                f"approval {approval_id} of run {run_id} is moot: its call of {row.tool} was "
+                f"declined by {declined.approver} (approval {declined.approval_id})"
+            )
         if row.status == "pending" and record.status not in answerable:
             raise ResolutionError(
                 f"run {run_id} is {record.status}, not awaiting approval; "
@@ -368,8 +379,11 @@ class Harness:
             ),
         )
         self._hub.committed(run_id)
-        # Read again: another approver may have answered the others meanwhile.
-        if any(r.status == "pending" for r in await self.store.approvals(run_id)):
+        # Read again: another approver may have answered the others meanwhile. A decline
+        # settles its call at once: the call's other requests are moot, not open.
+        rows_now = await self.store.approvals(run_id)
+        moot = _moot(rows_now)
+        if any(r.status == "pending" and r.approval_id not in moot for r in rows_now):
             return await self.result(run_id)
         current = await self.store.get_run(run_id)
         if current.status != RunStatus.AWAITING_APPROVAL.value:  # paused: resume() continues it
@@ -511,18 +525,23 @@ class Harness:
         except RunBusy:  # a worker took it meanwhile: it acts on the request itself
             return await self.result(run_id)
 
-    async def replay(self, source: str | os.PathLike[str] | Recording) -> ReplayReport:
+    async def replay(
+        self, source: str | os.PathLike[str] | Recording, *, tools: str | None = None
+    ) -> ReplayReport:
         """Replay a stored run (by id), a `Recording`, or a recording file against this spec.
 
         Model answers, tool results and approvals all come from the recording: nothing calls
-        out and no tool runs. The report says whether the status, output or decisions changed,
-        how many model requests differ, and whether the replay diverged (asked for something
-        the recording lacks).
+        out and no tool runs, but today's tool contracts apply (arguments today's schema
+        rejects get `invalid_arguments`; a tool no longer in the task, `unknown`). With
+        `tools="safe"`, tools whose replay policy is `safe` really run and a result that
+        differs from the recorded one is a changed `tool` decision. The report says whether
+        the status, output or decisions changed, how many model requests differ and in which
+        part, and whether the replay diverged (asked for something the recording lacks).
         """
         from pytest_harness.replay.replayer import replay
 
         await self._open()
-        return await replay(self, source)
+        return await replay(self, source, tools=tools)
 
     async def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
         """Write a recorded run as a golden recording file (`.yaml`, redacted).
@@ -717,7 +736,7 @@ class Harness:
             return _result(record)
         calls = driver.state.calls
         if status in (RunStatus.AWAITING_APPROVAL, RunStatus.PAUSED) and any(
-            c.get("approval_id") and c.get("decision") is None for c in calls
+            call_approvals(c) and c.get("decision") is None for c in calls
         ):
             decided = {
                 row.approval_id: row
@@ -769,6 +788,15 @@ def _moment(since: datetime | timedelta | float | None) -> float | None:
         return float(since)
     raise TypeError(
         f"since must be a datetime, a timedelta or a number, not {type(since).__name__}"
+    )
+
+
+def _moot(rows: Iterable[ApprovalRow]) -> frozenset[str]:
+    """The open requests whose call another request declined: closed, never to be answered."""
+    rows = list(rows)
+    declined = {r.execution_key for r in rows if r.status == "decline"}
+    return frozenset(
+        r.approval_id for r in rows if r.status == "pending" and r.execution_key in declined
     )
 
 
@@ -856,7 +884,7 @@ def _check_approver(
 def _check_binding(row: ApprovalRow, record: RunRecord) -> None:
     """The approval must still be bound to the run's pending call: same key, same arguments."""
     for call in record.state.get("calls") or ():
-        if call.get("approval_id") == row.approval_id:
+        if any(e["approval_id"] == row.approval_id for e in call_approvals(call)):
             if (
                 call.get("key") == row.execution_key
                 and args_digest(call["args"]) == row.args_digest

@@ -82,6 +82,9 @@ class Plans:
     """The plans of every task of a spec, and the providers they share."""
 
     def __init__(self, spec: Spec, tools: ToolSet) -> None:
+        from pytest_harness.runtime.rule_args import check_rule_arguments
+
+        check_rule_arguments(spec, tools)
         self.spec = spec
         self.tools = tools
         self._providers: dict[str, ModelProvider] = {}

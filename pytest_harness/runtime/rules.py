@@ -1,9 +1,11 @@
-"""Rules: CEL conditions on a proposed tool call, evaluated in order.
+"""Rules: CEL conditions on a proposed tool call, combined as in Cedar and IAM (DESIGN §3).
 
-Every rule that matches is a trace decision; the first `deny` or `approve` decides the call.
-A rule whose expression cannot be evaluated for this call (a missing key, a type mismatch)
-counts as matching when its effect is `deny` or `approve` (fail closed) and as not matching
-when it is `allow`; either way the decision records the error.
+Every rule that applies is evaluated for every call, and every match is a `rule` trace
+decision, in spec order, even when another rule decides the call. Any matching `deny` denies
+the call (the model is told the first deny's message); otherwise every matching `approve` rule
+needs its own approval; `allow` never overrides either. A condition that fails at run time (a
+missing key, a type mismatch) fails closed: the rule counts as matched, its effect applies, and
+its decision carries `error: <CEL message>`.
 """
 
 from __future__ import annotations
@@ -21,11 +23,18 @@ __all__ = ["RuleVerdict", "evaluate_rules"]
 
 @dataclass(frozen=True, slots=True)
 class RuleVerdict:
-    """What the rules decided for one call, and the decisions that record it."""
+    """What the rules decided for one call, and the decisions that record it.
+
+    `effect` is `deny` when any deny matched, else `approve` when any approve matched, else
+    `allow`. `rule` is the deciding rule: the first matching deny, else the first matching
+    approve. `approvals` holds every matching approve rule (one approval request each) when
+    the effect is `approve`.
+    """
 
     effect: Effect
     rule: RuleSpec | None
     decisions: tuple[Decision, ...]
+    approvals: tuple[RuleSpec, ...] = ()
 
 
 def evaluate_rules(
@@ -34,22 +43,30 @@ def evaluate_rules(
     *,
     step: int,
 ) -> RuleVerdict:
-    """Evaluate `rules` on one call's variables (`tool`, `args`, `task`, `principal`, …)."""
+    """Evaluate every rule on one call's variables (`tool`, `args`, `task`, `principal`, …)."""
     decisions: list[Decision] = []
+    denies: list[RuleSpec] = []
+    approves: list[RuleSpec] = []
     tool = variables["tool"]
     for rule, program in rules:
         error: str | None = None
         try:
             matched = program.evaluate(variables) is True
         except CelError as exc:
-            error = str(exc)
-            matched = rule.then is not Effect.ALLOW
+            error = exc.message
+            matched = True  # fail closed: the rule's effect applies
         if not matched:
             continue
         detail: dict[str, Any] = {"effect": rule.then.value, "tool": tool}
         if error is not None:
             detail["error"] = error
         decisions.append(Decision(step, "rule", rule.id, detail))
-        if rule.then is not Effect.ALLOW:
-            return RuleVerdict(rule.then, rule, tuple(decisions))
+        if rule.then is Effect.DENY:
+            denies.append(rule)
+        elif rule.then is Effect.APPROVE:
+            approves.append(rule)
+    if denies:
+        return RuleVerdict(Effect.DENY, denies[0], tuple(decisions))
+    if approves:
+        return RuleVerdict(Effect.APPROVE, approves[0], tuple(decisions), tuple(approves))
     return RuleVerdict(Effect.ALLOW, None, tuple(decisions))

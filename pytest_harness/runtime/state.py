@@ -27,7 +27,7 @@ from pytest_harness.runtime.results import (
 )
 from pytest_harness.runtime.trace import Trace
 
-__all__ = ["RunState", "result_from_state"]
+__all__ = ["RunState", "call_approvals", "result_from_state"]
 
 STATE_VERSION = 1
 
@@ -63,7 +63,10 @@ class RunState:
     trace: list[dict[str, Any]] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
     """Tool calls of the current model answer: id, name, args, key, verdict, status, attempt,
-    outcome, and `resolution` (`{how, by}`) once `Harness.resolve` settled one."""
+    outcome, and `resolution` (`{how, by}`) once `Harness.resolve` settled one. A call that
+    needs approval has `approvals`: one entry per matching approve rule (`approval_id`, `rule`,
+    `approvers`, `self_approve`, `decision`), and `decision`: None until every entry is
+    approved (`approve`) or one is declined (`decline`; the others become `moot`)."""
     output: str | None = None
     error: dict[str, str] | None = None
     limit: str | None = None
@@ -136,6 +139,27 @@ class RunState:
         }
 
 
+def call_approvals(call: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The approval requests of a call in the state (one per matching approve rule).
+
+    A call checkpointed before calls could need several approvals has one, in flat fields.
+    """
+    entries = call.get("approvals")
+    if entries is not None:
+        return list(entries)
+    if call.get("approval_id") is None:
+        return []
+    return [
+        {
+            "approval_id": call["approval_id"],
+            "rule": call.get("rule"),
+            "approvers": list(call.get("approvers") or ()),
+            "self_approve": bool(call.get("self_approve")),
+            "decision": call.get("decision"),
+        }
+    ]
+
+
 def result_from_state(
     *,
     run_id: str,
@@ -155,29 +179,28 @@ def result_from_state(
     pending: list[PendingTool] = []
     approval: ApprovalRequest | None = None
     for call in state.get("calls") or []:
-        if (
-            call.get("verdict") == "approve"
-            and call.get("decision") is None
-            and call.get("approval_id") not in answered
-        ):
-            request = ApprovalRequest(
-                approval_id=call["approval_id"],
-                execution_key=call["key"],
-                tool=call["name"],
-                args=call["args"],
-                rule_id=call["rule"],
-                approvers=tuple(call.get("approvers") or ()),
-                requested_by=call["requested_by"],
-            )
-            approval = approval or request
-            pending.append(
-                PendingTool(
+        if call.get("verdict") == "approve" and call.get("decision") is None:
+            for entry in call_approvals(call):
+                if entry.get("decision") is not None or entry["approval_id"] in answered:
+                    continue
+                request = ApprovalRequest(
+                    approval_id=entry["approval_id"],
                     execution_key=call["key"],
-                    call=Call(call["name"], call["args"]),
-                    status="approval",
-                    approval_id=call["approval_id"],
+                    tool=call["name"],
+                    args=call["args"],
+                    rule_id=entry["rule"],
+                    approvers=tuple(entry.get("approvers") or ()),
+                    requested_by=call["requested_by"],
                 )
-            )
+                approval = approval or request
+                pending.append(
+                    PendingTool(
+                        execution_key=call["key"],
+                        call=Call(call["name"], call["args"]),
+                        status="approval",
+                        approval_id=entry["approval_id"],
+                    )
+                )
         elif call.get("status") == "uncertain":
             pending.append(
                 PendingTool(

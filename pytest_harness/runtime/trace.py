@@ -53,12 +53,15 @@ class Decision:
                 what = f"say {_clip(str(d.get('text') or ''))!r}"
             return f"model {self.key} → {what}"
         if kind == "rule":
-            return f"rule {self.key} → {d.get('effect')} (tool {d.get('tool')})"
+            # a condition that failed at run time: its CEL message, whole and as it is
+            error = f" error: {d['error']}" if d.get("error") else ""
+            return f"rule {self.key} → {d.get('effect')} (tool {d.get('tool')}){error}"
         if kind == "guard":
             return f"guard {self.key} → {d.get('action')} ({d.get('on')})"
         if kind == "approval":
             by = f" by {d['approver']}" if d.get("approver") else ""
-            return f"approval {self.key} → {d.get('decision')}{by}"
+            rule = f" (rule {d['rule']})" if d.get("decision") == "moot" and d.get("rule") else ""
+            return f"approval {self.key} → {d.get('decision')}{by}{rule}"
         if kind == "tool":
             return f"tool {self.key} → {d.get('outcome')}"
         if kind == "limit":

@@ -225,6 +225,11 @@ class Tool:
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, {self.spec.call!r})"
 
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The names of the function's parameters, in order."""
+        return self._names
+
     def validate(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Validate and convert `args`, or raise `InvalidToolArguments` listing what is wrong.
 
@@ -234,6 +239,23 @@ class Tool:
             return self._adapter.validate_python(args)
         except ValidationError as exc:
             raise InvalidToolArguments(self.name, self._problems(exc)) from None
+
+    def check(self, args: Mapping[str, Any]) -> ToolOutcome | None:
+        """The `invalid_arguments` outcome `invoke` would give `args`, or None when they fit.
+
+        A replay applies today's contract with it before answering a call from its recording.
+        """
+        try:
+            self._adapter.validate_python(args)
+        except ValidationError as exc:
+            return self._invalid(exc)
+        return None
+
+    def _invalid(self, exc: ValidationError) -> ToolOutcome:
+        message = str(InvalidToolArguments(self.name, self._problems(exc)))
+        return ToolOutcome.failure(
+            "invalid_arguments", message, type="InvalidToolArguments", message=message
+        )
 
     async def invoke(
         self,
@@ -253,10 +275,7 @@ class Tool:
         try:
             kwargs = self._adapter.validate_python(args)
         except ValidationError as exc:
-            message = str(InvalidToolArguments(self.name, self._problems(exc)))
-            return ToolOutcome.failure(
-                "invalid_arguments", message, type="InvalidToolArguments", message=message
-            )
+            return self._invalid(exc)
         limit = self.spec.timeout
         kind: OutcomeKind = "timeout"
         if overall_timeout is not None and (limit is None or overall_timeout <= limit):

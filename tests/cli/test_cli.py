@@ -254,7 +254,7 @@ def test_export_writes_a_yaml_recording_once(cli, quickstart: Path) -> None:
     assert written.code == 0 and written.err == ""
     assert written.out == f"wrote recordings/refund.yaml (run {run_id})\n"
     text = (quickstart / "recordings" / "refund.yaml").read_text(encoding="utf-8")
-    assert text.startswith("format: pytest-harness/recording@1\ntask: orders\n")
+    assert text.startswith("format: pytest-harness/recording@2\ntask: orders\n")
     assert "run_" not in text
 
     again = cli("export", run_id, "recordings/refund.yaml", "harness.yaml")
@@ -357,7 +357,8 @@ def test_a_prompt_only_change_fails_only_with_fail_on_requests(cli) -> None:
     default = cli("replay", run_id, "harness.yaml")
     assert default.code == 0
     assert default.out.startswith("same: ")
-    assert "  model requests changed: 3 of 3\n" in default.out
+    assert "  model requests changed: 3 of 3 (system prompt: 1 line changed)\n" in default.out
+    assert "    +You are the order desk of a shop. Always look orders up first.\n" in default.out
     assert default.out.endswith("1 same, 0 changed, 0 diverged\n")
 
     strict = cli("replay", run_id, "harness.yaml", "--fail-on", "status,requests")
@@ -426,9 +427,9 @@ def test_a_recording_of_a_newer_format_exits_2(cli, quickstart: Path) -> None:
     cli("export", run_id, "r.yaml", "harness.yaml")
     path = quickstart / "r.yaml"
     path.write_text(
-        path.read_text(encoding="utf-8").replace("recording@1", "recording@9"), encoding="utf-8"
+        path.read_text(encoding="utf-8").replace("recording@2", "recording@9"), encoding="utf-8"
     )
-    one_error_line(cli("replay", "r.yaml", "harness.yaml"), "recording@9", "recording@1")
+    one_error_line(cli("replay", "r.yaml", "harness.yaml"), "recording@9", "recording@2")
 
 
 def test_replay_of_an_unknown_run_or_a_missing_file_exits_2(cli) -> None:
@@ -547,3 +548,19 @@ def test_the_console_script_records_approves_exports_and_replays(quickstart: Pat
         check=False,
     )
     assert module.returncode == 0 and module.stdout.startswith("pytest-harness ")
+
+
+def test_replay_tools_safe_invokes_safe_tools(cli) -> None:
+    run_id = record_refund(cli)
+    tools = Path("shop/tools.py")
+    tools.write_text(
+        tools.read_text(encoding="utf-8").replace('"status": "delivered"', '"status": "lost"')
+    )
+    for name in [m for m in sys.modules if m == "shop" or m.startswith("shop.")]:
+        del sys.modules[name]
+    assert cli("replay", run_id, "harness.yaml").code == 0  # no tool runs
+    safe = cli("replay", run_id, "harness.yaml", "--tools", "safe")
+    assert safe.code == 1
+    assert "~ step 1 tool lookup_order → ok (result.status: 'delivered' → 'lost')" in safe.out
+    bad = cli("replay", run_id, "harness.yaml", "--tools", "all")
+    assert bad.code == 2 and "invalid choice: 'all'" in bad.err

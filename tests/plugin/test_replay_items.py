@@ -216,9 +216,25 @@ def test_fail_on_requests_fails_after_a_prompt_change(project: Project) -> None:
     project.change_spec("You are the order desk.", "You are a careful order desk.")
     result = project.run("--replay-recordings", "-k", "small")
     result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "1 recording replayed: 1 same, 0 drifted, 0 diverged, 0 errors",
+            "model requests changed in 1 of 1 replayed (not failing: add requests to "
+            "--replay-fail-on to fail on it):",
+            "  recordings/test_desk/test_small_refund.yaml: 3 of 3 (system prompt: 1 line changed)",
+        ]
+    )
     result = project.run("--replay-recordings", "--replay-fail-on=requests", "-k", "small")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*same: recording*", "  model requests changed: 3 of 3"])
+    result.stdout.fnmatch_lines(
+        [
+            "*same: recording*",
+            "  model requests changed: 3 of 3 (system prompt: 1 line changed)",
+            "  system prompt:",
+            "    -You are the order desk.",
+            "    +You are a careful order desk.",
+        ]
+    )
     result = project.run("--update-recordings", "-k", "small")  # implies --replay-recordings
     result.assert_outcomes(passed=1)
     result = project.run("--replay-recordings", "--replay-fail-on=requests", "-k", "small")
@@ -266,3 +282,32 @@ def test_a_report_that_cannot_be_written_fails_the_session(project: Project) -> 
     result.assert_outcomes(passed=4)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["pytest-harness: could not write the replay report *blocker*"])
+
+
+def test_replay_tools_safe_runs_safe_tools_and_fails_on_a_new_result(project: Project) -> None:
+    recorded(project)
+    module = project.path / f"{project.module}.py"
+    module.write_text(module.read_text().replace('"total": 250.0', '"total": 99.0'))
+    result = project.run("--replay-recordings", "-k", "small")
+    result.assert_outcomes(passed=1)  # no tool runs: the recorded result answers
+    result = project.run("--replay-recordings", "--replay-tools=safe", "-k", "small")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*changed: recording*", "*~ step 1 tool lookup_order → ok (result.total: 250.0 → 99.0)"]
+    )
+
+
+def test_a_rule_that_fails_at_run_time_shows_its_cel_error_whole(project: Project) -> None:
+    recorded(project)
+    project.change_spec(
+        "rules:\n",
+        'rules:\n  - id: typed\n    when: tool == "refund" && args.amount > "lots"\n'
+        "    then: deny\n",
+    )
+    result = project.run("--replay-recordings", "-k", "small")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "deny (tool refund)" in text
+    line = next(x for x in text.splitlines() if "error: TypeError: No such overload" in x)
+    assert line.rstrip().endswith("or check the CEL specification.")  # whole: nothing cut
+    assert "\\'" not in text and "…" not in line

@@ -88,7 +88,7 @@ async def test_golden_file_replays_the_same_and_is_deterministic(app, tmp_path) 
     await record_run(app, tmp_path, "b.yaml")
     text = (tmp_path / "a.yaml").read_text()
     assert text == (tmp_path / "b.yaml").read_text()
-    assert text.startswith("format: pytest-harness/recording@1\ntask: orders\n")
+    assert text.startswith("format: pytest-harness/recording@2\ntask: orders\n")
     assert "run_" not in text and "exk_" not in text.replace("exk_1", "")
     report = await replay_file(app, tmp_path / "a.yaml")
     assert report.same, report.render()
@@ -252,8 +252,8 @@ async def test_save_never_overwrites_unless_asked(app, tmp_path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("format: pytest-harness/recording@9\ntask: t\n", "recording@9, newer than this.*@1"),
-        ("format: something-else\n", "format must be 'pytest-harness/recording@1'"),
+        ("format: pytest-harness/recording@9\ntask: t\n", "recording@9, newer than this.*@2"),
+        ("format: something-else\n", "format must be 'pytest-harness/recording@2'"),
         ("- just a list\n", "a recording file is a mapping"),
         ("format: pytest-harness/recording@1\ntask: t\ninput: x\n", "missing required key"),
         ("format: pytest-harness/recording@1\n  bad: [indent\n", "invalid YAML"),

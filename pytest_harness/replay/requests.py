@@ -1,0 +1,104 @@
+"""Which model requests a replay changed, and which part of them: `system`, `tools`, `messages`.
+
+A recorded turn keeps the digests of its request's three parts, and the recording keeps the
+system prompt and the tool schemas once, so a changed request is explained: `system prompt: 1
+line changed` (with a unified diff of the prompt), `tool schemas: refund` (the tools whose
+schema changed, appeared or went), `messages: from request 2` (the conversation differs from
+that request on, e.g. after a changed tool result). A turn migrated from a `@1` file has only
+the whole request's digest: it is compared whole, and the report says the parts are unknown.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_harness.recording.model import REQUEST_PARTS, Recording
+from pytest_harness.redaction import comparable
+
+__all__ = ["RequestChanges", "request_changes"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestChanges:
+    """How many of a replay's requests changed, what changed in them, and the prompt's diff."""
+
+    changed: int
+    explained: tuple[str, ...] = ()
+    prompt_diff: tuple[str, ...] = ()
+
+
+def request_changes(recording: Recording, replayed: Recording, asked: int) -> RequestChanges:
+    """Compare the replay's requests with the recorded ones, turn by turn.
+
+    `asked` is how many requests the replay made: one past the end of the recording (where
+    the replay diverged) counts as changed even though it was never recorded.
+    """
+    before, after = recording.model_turns, replayed.model_turns
+    changed = 0
+    parts: set[str] = set()
+    first_messages: int | None = None
+    whole_only = False
+    for index, turn in enumerate(after):
+        if index >= len(before):
+            changed += 1
+            continue
+        old = before[index]
+        if old.parts is not None and turn.parts is not None:
+            differ = {p for p in REQUEST_PARTS if old.parts.get(p) != turn.parts.get(p)}
+            if differ:
+                changed += 1
+                parts |= differ
+                if "messages" in differ and first_messages is None:
+                    first_messages = index + 1
+        elif old.digest != turn.digest:
+            changed += 1
+            whole_only = True
+    changed += max(0, asked - len(after))
+    explained: list[str] = []
+    prompt_diff: tuple[str, ...] = ()
+    if "system" in parts:
+        if recording.system is not None and replayed.system is not None:
+            prompt_diff = _unified(recording.system, replayed.system)
+            n = _lines_changed(recording.system, replayed.system)
+            explained.append(f"system prompt: {n} line{'' if n == 1 else 's'} changed")
+        else:
+            explained.append("system prompt")
+    if "tools" in parts:
+        names = _tools_changed(recording.tool_schemas, replayed.tool_schemas)
+        explained.append(f"tool schemas: {', '.join(names)}" if names else "tool schemas")
+    if first_messages is not None:
+        explained.append(f"messages: from request {first_messages}")
+    if whole_only:
+        explained.append("which part is unknown: the recording (format @1) keeps whole digests")
+    return RequestChanges(changed=changed, explained=tuple(explained), prompt_diff=prompt_diff)
+
+
+def _lines_changed(before: str, after: str) -> int:
+    matcher = difflib.SequenceMatcher(a=before.splitlines(), b=after.splitlines(), autojunk=False)
+    return sum(
+        max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
+    )
+
+
+def _unified(before: str, after: str) -> tuple[str, ...]:
+    lines = difflib.unified_diff(
+        before.splitlines(), after.splitlines(), "recorded", "today", lineterm="", n=2
+    )
+    return tuple(lines)
+
+
+def _tools_changed(
+    before: Sequence[Mapping[str, Any]] | None, after: Sequence[Mapping[str, Any]] | None
+) -> list[str]:
+    """The tools whose schema changed, then those that appeared (new), then those that went."""
+    if before is None or after is None:
+        return []
+    old = {str(t.get("name")): comparable(dict(t)) for t in before}
+    new = {str(t.get("name")): comparable(dict(t)) for t in after}
+    names = [n for n in new if n in old and old[n] != new[n]]
+    names += [f"{n} (new)" for n in new if n not in old]
+    names += [f"{n} (removed)" for n in old if n not in new]
+    return names

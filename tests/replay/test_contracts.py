@@ -1,0 +1,259 @@
+"""Replay applies today's tool contracts, runs safe tools on request, explains request drift,
+and reads golden files of format @1 (migrated) as well as @2."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import pytest_harness as ph
+from pytest_harness.errors import HarnessError
+from pytest_harness.recording.model import Recording
+
+pytestmark = pytest.mark.asyncio
+
+ROOT = Path(__file__).resolve().parents[2]
+V1 = Path(__file__).parent / "golden_v1"
+
+SPEC = """
+rules: []
+guards: []
+tasks:
+  orders:
+    prompt: |
+      You are the order desk.
+      Look orders up first.
+    tools: [lookup_order, refund]
+state: {record: true}
+"""
+
+SCRIPT = (
+    "[{call: lookup_order, args: {order_id: A-1}}, "
+    "{call: refund, args: {order_id: A-1, amount: 20}}, "
+    "{say: 'Refunded A-1.'}]"
+)
+
+
+def write(app, tools_edit: tuple[str, str] | None = None, spec_edit=None) -> None:
+    app.write(SPEC)
+    price = "price: {input_per_mtok: 0.4, output_per_mtok: 1.6}"
+    text = app.spec.read_text().replace("script: []", f"script: {SCRIPT}\n    {price}", 1)
+    if spec_edit is not None:
+        text = text.replace(*spec_edit)
+    app.spec.write_text(text)
+    if tools_edit is not None:
+        module = app.root / f"{app.module}.py"
+        source = module.read_text()
+        assert tools_edit[0] in source
+        module.write_text(source.replace(*tools_edit))
+
+
+async def record(app, tmp_path) -> Path:
+    async with ph.load(app.spec) as harness:
+        result = await harness.run("orders", "Refund A-1", principal="ann")
+        assert result.ok
+        return await harness.export(result.run_id, tmp_path / "golden.yaml")
+
+
+async def replay(app, path, **kwargs) -> ph.ReplayReport:
+    import sys
+
+    sys.modules.pop(app.module, None)  # read the tools module as it is on disk now
+    async with ph.load(app.spec) as harness:
+        return await harness.replay(path, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (  # a renamed parameter
+            ("def lookup_order(order_id: str)", "def lookup_order(order: str)"),
+            "unexpected argument 'order_id' (did you mean 'order'?)",
+        ),
+        (  # a new required parameter
+            (
+                "def refund(order_id: str, amount: float)",
+                "def refund(order_id: str, amount: float, notify: bool)",
+            ),
+            "missing required argument 'notify'",
+        ),
+        (  # a changed type
+            ("def lookup_order(order_id: str)", "def lookup_order(order_id: int)"),
+            "order_id",
+        ),
+    ],
+)
+async def test_a_breaking_tool_change_gets_the_live_outcome(app, tmp_path, edit, problem) -> None:
+    write(app)
+    golden = await record(app, tmp_path)
+    write(app, tools_edit=edit)
+    report = await replay(app, golden)
+    assert not report.same
+    assert "decisions" in report.differences
+    [change] = [c for c in report.decisions if c.kind == "tool"]
+    assert change.change == "changed"
+    assert change.actual is not None and change.actual.detail["outcome"] == "invalid_arguments"
+    assert problem in change.actual.detail["error"]
+    assert "invalid_arguments" in report.render()
+
+
+async def test_a_tool_no_longer_in_the_task_gets_the_live_outcome(app, tmp_path) -> None:
+    write(app)
+    golden = await record(app, tmp_path)
+    write(app, spec_edit=("tools: [lookup_order, refund]", "tools: [lookup_order]"))
+    report = await replay(app, golden)
+    assert not report.same
+    [change] = [c for c in report.decisions if c.kind == "tool" and c.key == "refund"]
+    assert change.actual is not None and change.actual.detail["outcome"] == "unknown"
+    assert "tool schemas: refund (removed)" in report.render()
+
+
+async def test_a_compatible_tool_change_replays_the_same(app, tmp_path) -> None:
+    write(app)
+    golden = await record(app, tmp_path)
+    write(
+        app,
+        tools_edit=(
+            "def refund(order_id: str, amount: float)",
+            "def refund(order_id: str, amount: float, note: str = '')",
+        ),
+    )
+    report = await replay(app, golden)
+    assert report.same
+    assert report.model_requests_changed == (3, 3)  # the schema offered to the model changed
+    assert "tool schemas: refund" in report.render()
+
+
+async def test_safe_tools_run_under_tools_safe_and_their_new_result_is_drift(app, tmp_path) -> None:
+    write(app)
+    golden = await record(app, tmp_path)
+    write(app, tools_edit=('"total": 250.0', '"total": 99.0'))
+    assert (await replay(app, golden)).same  # no tool runs: the recorded result answers
+    import sys
+
+    report = await replay(app, golden, tools="safe")
+    calls = sys.modules[app.module].CALLS
+    assert [c[0] for c in calls] == ["lookup_order"]  # refund is idempotent, not safe: not run
+    assert not report.same
+    [change] = report.decisions
+    assert (change.kind, change.key, change.change) == ("tool", "lookup_order", "changed")
+    assert [(f.path, f.expected, f.actual) for f in change.fields] == [
+        ("result.total", 250.0, 99.0)
+    ]
+    assert report.model_requests_changed[0] == 2  # the next requests carry today's result
+    assert "messages: from request 2" in report.render()
+
+
+async def test_replay_tools_takes_none_or_safe(app, tmp_path) -> None:
+    write(app)
+    golden = await record(app, tmp_path)
+    with pytest.raises(HarnessError, match="tools='all'"):
+        await replay(app, golden, tools="all")
+
+
+async def test_golden_files_are_format_2_with_decimals_and_no_spec_digest(app, tmp_path) -> None:
+    write(app)
+    golden = await record(app, tmp_path)
+    text = golden.read_text()
+    data = yaml.safe_load(text)
+    assert data["format"] == "pytest-harness/recording@2"
+    assert "spec_digest" not in data
+    assert data["system"] == "You are the order desk.\nLook orders up first.\n"
+    assert [t["name"] for t in data["tool_schemas"]] == ["lookup_order", "refund"]
+    for turn in data["model_turns"]:
+        assert sorted(turn["request"]) == ["messages", "system", "tools"]
+    assert "e-0" not in text and "e+" not in text
+    assert data["outcome"]["usage"]["usd"] > 0
+    usd_line = next(line for line in text.splitlines() if "usd:" in line)
+    assert usd_line.strip().startswith("usd: 0.0")
+
+
+async def test_a_changed_prompt_is_explained_with_a_diff(app, tmp_path) -> None:
+    write(app)
+    golden = await record(app, tmp_path)
+    write(app, spec_edit=("Look orders up first.", "Always look orders up first."))
+    report = await replay(app, golden)
+    assert report.same and not report.failed() and report.failed({"requests"})
+    assert report.requests_explained == ("system prompt: 1 line changed",)
+    rendered = report.render()
+    assert "  model requests changed: 3 of 3 (system prompt: 1 line changed)" in rendered
+    assert "    -Look orders up first." in rendered
+    assert "    +Always look orders up first." in rendered
+    assert report.to_dict()["model_requests_changed"]["parts"] == ["system prompt: 1 line changed"]
+
+
+# -- format @1 -------------------------------------------------------------------------------
+
+
+def shop_v1_files() -> list[Path]:
+    """Copies of four of the shop's @1 files (kept @1 here), and those of `recordings/` still @1."""
+    committed = [
+        p
+        for p in sorted((ROOT / "recordings" / "test_shop").glob("*.yaml"))
+        if p.read_text(encoding="utf-8").startswith("format: pytest-harness/recording@1\n")
+    ]
+    return sorted(V1.glob("*.yaml")) + committed
+
+
+async def test_the_shops_format_1_files_migrate_and_replay_the_same(tmp_path) -> None:
+    files = shop_v1_files()
+    assert len(files) >= 4
+    for path in files:
+        assert path.read_text().startswith("format: pytest-harness/recording@1\n")
+    spec = ROOT / "fixtures" / "shop" / "harness.yaml"
+    async with ph.load(spec, env="offline", store="memory") as harness:
+        for index, path in enumerate(files):
+            recording = Recording.load(path)
+            assert recording.spec_digest == ""  # dropped by the migration
+            assert recording.system is None and all(t.parts is None for t in recording.model_turns)
+            report = await harness.replay(path)
+            assert report.same, report.render()
+            # whole-request digests still compare: nothing changed in the requests either
+            assert report.model_requests_changed[0] == 0, report.render()
+            # rewritten, a migrated file is @2 and loads back as the same run
+            copy = tmp_path / f"{index}-{path.name}"
+            recording.save(copy)
+            text = copy.read_text()
+            assert text.startswith("format: pytest-harness/recording@2\n")
+            assert "spec_digest" not in text and "request_digest" not in text
+            again = Recording.load(copy)
+            assert again.trace == recording.trace
+            assert again.model_turns == tuple(
+                t.__class__(model=t.model, digest=t.digest, answer=t.answer)
+                for t in recording.model_turns
+            )
+            assert (await harness.replay(copy)).same
+
+
+async def test_a_format_1_file_with_a_changed_prompt_says_the_part_is_unknown(tmp_path) -> None:
+    shop = tmp_path / "shop"
+    shutil.copytree(ROOT / "fixtures" / "shop", shop, ignore=shutil.ignore_patterns("__pycache__"))
+    spec = shop / "harness.yaml"
+    spec.write_text(spec.read_text().replace("Look orders up", "Always look orders up"))
+    golden = V1 / "test_card_numbers_are_redacted.yaml"
+    async with ph.load(spec, env="offline", store="memory") as harness:
+        report = await harness.replay(golden)
+    assert report.same
+    changed, total = report.model_requests_changed
+    assert changed == total > 0
+    assert "which part is unknown: the recording (format @1)" in report.render()
+
+
+async def test_the_replay_report_shows_a_cel_error_whole(app, tmp_path) -> None:
+    write(app)
+    golden = await record(app, tmp_path)
+    rule = (
+        'rules:\n  - id: typed\n    when: tool == "refund" && args.amount > "lots"\n'
+        "    then: deny\n"
+    )
+    write(app, spec_edit=("rules: []\n", rule))
+    report = await replay(app, golden)
+    assert not report.same
+    rendered = report.render()
+    [added] = [c for c in report.decisions if c.kind == "rule"]
+    error = added.actual.detail["error"]
+    assert len(error) > 100 and f"error: {error}" in rendered
+    assert "\\'" not in rendered and '\\"' not in rendered

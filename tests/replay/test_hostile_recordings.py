@@ -1,0 +1,71 @@
+"""Hostile golden files and rule conditions: a typed error or a valid value, nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_harness.cel import argument_reads
+from pytest_harness.errors import ArchiveError
+from pytest_harness.recording.model import Recording
+
+V1 = Path(__file__).parent / "golden_v1" / "test_big_refund_approved_by_finance.yaml"
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    key=st.sampled_from(["model_turns", "spec_digest", "trace", "outcome", "approvals", "history"]),
+    value=json_values,
+    turn_key=st.sampled_from(["request_digest", "answer", "model", "request", "extra"]),
+    turn_value=json_values,
+)
+def test_a_damaged_format_1_file_loads_or_is_an_archive_error(
+    tmp_path_factory, key, value, turn_key, turn_value
+) -> None:
+    data = yaml.safe_load(V1.read_text())
+    if isinstance(data["model_turns"], list) and data["model_turns"]:
+        data["model_turns"][0][turn_key] = turn_value
+    data[key] = value
+    path = tmp_path_factory.mktemp("hostile") / "r.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        recording = Recording.load(path)
+    except ArchiveError as exc:
+        assert str(path) in str(exc)
+    else:
+        assert recording.spec_digest == ""
+        assert all(t.parts is None for t in recording.model_turns)
+
+
+@given(st.text(max_size=80))
+def test_scanning_any_condition_for_argument_reads_never_fails(source: str) -> None:
+    reads = argument_reads(source)
+    assert all(isinstance(n, str) for n in reads.names + reads.tools)
+
+
+@given(
+    name=st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
+    guard=st.sampled_from(["has", "in", None]),
+)
+def test_argument_reads_finds_the_name_unless_it_is_guarded(name: str, guard: str | None) -> None:
+    source = f'tool == "t" && args.{name} > 1'
+    if guard == "has":
+        source = f"has(args.{name}) && {source}"
+    elif guard == "in":
+        source = f'"{name}" in args && {source}'
+    reads = argument_reads(source)
+    assert reads.tools == ("t",)
+    assert reads.names == (() if guard else (name,))
