@@ -193,10 +193,12 @@ class ReplayReport:
             else:
                 lines.append("  output: same")
         changed, total = self.model_requests_changed
-        if changed:
-            lines.append(f"  model requests changed: {changed} of {total}")
         used, recorded_total = self.model_answers_used
-        lines.append(f"  model answers used: {used} of {recorded_total}")
+        if changed:
+            counted = "" if total == recorded_total else f" (of the replay's {total} requests)"
+            lines.append(f"  model requests changed: {changed} of {total}{counted}")
+        counted = "" if total == recorded_total else f" (of the {recorded_total} recorded)"
+        lines.append(f"  model answers used: {used} of {recorded_total}{counted}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
