@@ -173,7 +173,7 @@ class ReplayReport:
                 f"{self.divergence.reason}"
             )
         else:
-            word = "same" if self.same else "changed"
+            word = "same" if self.same else "drifted"
             head = f"{word}: {self.subject} ended {recorded}; the replay ended {replayed}"
         lines = [head]
         if self.divergence is not None:
@@ -194,10 +194,11 @@ class ReplayReport:
                 lines.append("  output: same")
         changed, total = self.model_requests_changed
         used, recorded_total = self.model_answers_used
+        explain = bool(changed) and total != recorded_total  # two totals side by side
         if changed:
-            counted = "" if total == recorded_total else f" (of the replay's {total} requests)"
+            counted = f" (of the replay's {total} requests)" if explain else ""
             lines.append(f"  model requests changed: {changed} of {total}{counted}")
-        counted = "" if total == recorded_total else f" (of the {recorded_total} recorded)"
+        counted = f" (of the {recorded_total} recorded)" if explain else ""
         lines.append(f"  model answers used: {used} of {recorded_total}{counted}")
         return "\n".join(lines)
 
