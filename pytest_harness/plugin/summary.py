@@ -84,8 +84,8 @@ class GoldenTracker:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Send the collected tests of modules that have a golden folder; refuse name clashes."""
-        modules: dict[str, list[str]] = {}
+        """Send the tests of modules with a golden folder or the fixtures; refuse name clashes."""
+        collected: dict[str, list[str]] = {}
         owners: dict[tuple[str, str], str] = {}
         exists: dict[str, bool] = {}
         for item in session.items:
@@ -95,9 +95,9 @@ class GoldenTracker:
             folder = key[0]
             if folder not in exists:
                 exists[folder] = (self.settings.recordings / folder).is_dir()
-            if exists[folder]:
-                modules.setdefault(folder, []).append(item.nodeid)
+            collected.setdefault(folder, []).append(item.nodeid)
             if FIXTURES & set(getattr(item, "fixturenames", ())):
+                exists[folder] = True  # its tests may write golden files: it is checked too
                 other = owners.setdefault(key, item.nodeid)
                 if other != item.nodeid:
                     shown = self.settings.show(self.settings.recordings / folder / key[1])
@@ -105,6 +105,10 @@ class GoldenTracker:
                         f"pytest-harness: {other} and {item.nodeid} would write the same golden "
                         f"files ({shown}*.yaml); rename one of them (or its test module)"
                     )
+        for arg in session.config.args:  # `file.py::test` collects part of a module only
+            if "::" in arg:
+                self.partial.add(golden_key(arg.replace(os.sep, "/"))[0])
+        modules = {folder: ids for folder, ids in collected.items() if exists[folder]}
         info = {"modules": modules, "partial": sorted(self.partial)}
         if self.ledger is not None:
             self.ledger.add_modules(info)

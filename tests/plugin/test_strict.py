@@ -158,3 +158,19 @@ def test_the_header_names_the_golden_folder(project: Project) -> None:
         ["harness: spec harness.yaml (env offline), golden files in recordings/"]
     )
     assert "harness:" not in project.run().stdout.str()
+
+
+def test_the_unused_check_names_every_golden_folder_it_checked(project: Project) -> None:
+    project.tests(NEW_TEST)
+    project.tests("def test_plain():\n    pass\n", name="test_other")
+    result = project.run("--record-recordings")
+    result.stdout.fnmatch_lines(["no unused golden files in recordings/test_desk/"])
+    project.tests(NEW_TEST, name="test_more")
+    result = project.run("--record-recordings", "--prune-recordings")
+    result.stdout.fnmatch_lines(
+        ["no unused golden files in recordings/test_desk/, recordings/test_more/"]
+    )
+    # one test picked by node id: its module did not run in full, so nothing is unused
+    result = project.run("--record-recordings", "--prune-recordings", "test_desk.py::test_no_runs")
+    result.stdout.fnmatch_lines(["unused golden files: not checked (no test module ran in full)"])
+    assert len(project.goldens()) == 6
