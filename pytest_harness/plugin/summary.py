@@ -219,7 +219,12 @@ class Ledger:
                 self._prune()
         if settings.report is not None:
             self._write_report(settings.report)
-        if settings.replay and not self.replays and session.exitstatus == pytest.ExitCode.OK:
+        if (
+            settings.replay
+            and not self.replays
+            and session.exitstatus == pytest.ExitCode.OK
+            and not session.config.option.collectonly
+        ):
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
         if self.problems:
             session.exitstatus = int(session.exitstatus) | int(pytest.ExitCode.TESTS_FAILED)
@@ -308,7 +313,7 @@ class Ledger:
         if self.replays:
             tr.write_sep("=", "harness replay")
             self._replay_summary(tr)
-        elif self.settings.replay:
+        elif self.settings.replay and not tr.config.option.collectonly:
             tr.write_sep("=", "harness replay")
             where = " ".join(self.config.args) if self.config is not None else "the given paths"
             tr.write_line(
