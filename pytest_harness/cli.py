@@ -485,7 +485,12 @@ async def _mutate(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print(report.render(), soft_wrap=True)
     ratio = report.ratio
     if ratio is None:
-        _error(err, f"nothing to score: no mutant of {args.spec} loaded")
+        why = (
+            "every mutant is invalid (none loaded)"
+            if report.results
+            else "it has no rules, guards, task tools or budgets to mutate"
+        )
+        _error(err, f"nothing to score in {args.spec}: {why}")
         return EXIT_USAGE
     if args.min_score is not None and ratio < args.min_score:
         if not args.json:

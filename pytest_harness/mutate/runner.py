@@ -55,17 +55,14 @@ class MutantResult:
     """Why an invalid mutant did not load."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form of DESIGN §16 (`error` only for an invalid mutant)."""
-        data: dict[str, Any] = {
+        """The JSON form, exactly DESIGN §16's keys (the text report says why one is invalid)."""
+        return {
             "id": self.mutant.id,
             "description": self.mutant.description,
             "target": self.mutant.target,
             "status": self.status,
             "drifted": list(self.drifted),
         }
-        if self.error is not None:
-            data["error"] = self.error
-        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,6 +218,10 @@ async def _judge(
         plans = Plans(spec, base.plans.tools)
     except HarnessError as exc:
         return MutantResult(mutant=mutant, status="invalid", error=str(exc))
+    except (LookupError, TypeError) as exc:  # a key path the spec's data does not have
+        where = ", ".join(".".join(map(str, path)) for path, _ in mutant.changes)
+        problem = f"the spec has no {where} to change ({type(exc).__name__}: {exc})"
+        return MutantResult(mutant=mutant, status="invalid", error=problem)
     async with Harness(spec, plans, MemoryStore()) as harness:
         drifted = await _drifted(harness, loaded)
     return MutantResult(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import time
@@ -151,7 +152,21 @@ async def test_a_mutant_that_does_not_load_is_invalid_and_not_counted(app, tmp_p
     assert "harness.yaml" in invalid.error
     assert report.total == 1 and report.ratio == 0.0
     assert "1 invalid (did not load), not counted" in report.render()
-    assert report.to_dict()["mutants"][1]["status"] == "invalid"
+    assert report.to_dict()["mutants"][1] == {
+        "id": "rule:big:typo",
+        "description": "a condition that does not compile",
+        "target": "rule big",
+        "status": "invalid",
+        "drifted": [],
+    }
+
+    nowhere = Mutant(
+        id="x", target="t", description="d", change="c", changes=((("nope", "deeper"), 1),)
+    )
+    report = await mutate(app.spec, [tmp_path / "golden"], select=lambda made: [nowhere])
+    assert report.results[0].status == "invalid"
+    assert report.results[0].error == "the spec has no nope.deeper to change (KeyError: 'nope')"
+    assert report.ratio is None
 
 
 @pytest.mark.asyncio
@@ -240,3 +255,24 @@ def test_mutate_defaults_to_the_configured_recordings_folder(
     code, out, err = run_cli(capsys, "mutate", "-e", "offline")
     assert code == 0, err
     assert "replayed against 15 recordings" in out
+
+
+@pytest.mark.asyncio
+async def test_a_spec_with_no_policy_has_nothing_to_score(app, tmp_path: Path, capsys) -> None:
+    app.write(
+        """
+models:
+  default: {use: scripted, script: [{say: hello}]}
+tasks:
+  orders: {prompt: p}
+""",
+        base=False,
+    )
+    await record(app, ["hi"], tmp_path / "golden")
+    code = await asyncio.to_thread(main, ["mutate", str(app.spec), str(tmp_path / "golden")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [
+        f"pytest-harness: error: nothing to score in {app.spec}: it has no rules, guards, task "
+        "tools or budgets to mutate"
+    ]
