@@ -1,4 +1,6 @@
-"""The `pytest-harness` console script: run, replay, list, show, approve and export runs.
+"""The `pytest-harness` console script: run, replay, inspect and export runs; score coverage.
+
+`mutate` scores how much of the policy the golden runs protect.
 
 Wiring and display only: every command loads the spec with `pytest_harness.load` and calls one
 `Harness` method. Exit codes: 0 same or success, 1 drift or failure, 2 usage or input error (one
@@ -15,6 +17,7 @@ import textwrap
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pytest_harness.errors import HarnessError
@@ -97,8 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return sub
 
-    def spec_and_env(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("spec", metavar="SPEC", help="the harness.yaml to load")
+    def spec_and_env(sub: argparse.ArgumentParser, *, positional: bool = True) -> None:
+        if positional:
+            sub.add_argument("spec", metavar="SPEC", nargs="?", help=_SPEC_HELP)
+        sub.add_argument(
+            "--spec",
+            dest="spec_option",
+            metavar="PATH",
+            help="the harness.yaml to load, instead of the SPEC argument",
+        )
         sub.add_argument(
             "-e",
             "--env",
@@ -124,6 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="who starts the run (default: cli)",
     )
     run.add_argument(
+        "--role",
+        metavar="R",
+        type=_name,
+        dest="roles",
+        action="append",
+        default=[],
+        help="a role of the principal (repeat for several)",
+    )
+    run.add_argument(
+        "--tenant", metavar="T", type=_name, help="the tenant the run (and its principal) belong to"
+    )
+    run.add_argument(
         "--record",
         action="store_true",
         help="record the run for replay and export (load with record=True)",
@@ -132,14 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     replay = command(
         "replay",
         "replay recorded runs against the current spec",
-        "Replay stored runs (by id) or golden recording files against SPEC and print how each "
-        "differs from its recording. Nothing calls out and no tool runs. Exits 1 when any "
-        "replay differs in a --fail-on kind or diverged.",
+        "Replay stored runs (by id), golden recording files, or every recording under a folder "
+        "against SPEC and print how each differs from its recording. Nothing calls out and no "
+        "tool runs. Exits 1 when any replay differs in a --fail-on kind or diverged. A last "
+        "argument that is a spec file (not a recording) is SPEC.",
     )
     replay.add_argument(
-        "sources", metavar="RUN_ID|FILE", nargs="+", help="stored run ids or .yaml recordings"
+        "sources",
+        metavar="RUN_ID|FILE|FOLDER",
+        nargs="+",
+        help="stored run ids, recording files (.yaml, .hx), or folders of them",
     )
-    spec_and_env(replay)
+    spec_and_env(replay, positional=False)
     replay.add_argument(
         "--json",
         action="store_true",
@@ -198,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="a role of the approver (repeat for several)",
     )
+    approve.add_argument(
+        "--tenant", metavar="T", type=_name, help="the approver's tenant (must be the run's)"
+    )
     approve.add_argument("--reason", metavar="TEXT", help="why, kept with the decision")
 
     export = command(
@@ -228,7 +257,51 @@ def build_parser() -> argparse.ArgumentParser:
         command("eval", "online eval samples", "Report on the online eval samples in the store."),
         spec_and_env,
     )
+
+    mutate = command(
+        "mutate",
+        "score how much of the policy the golden runs protect",
+        "Make every single-point mutant of SPEC's policy (remove a rule, flip its effect, move "
+        "a threshold across recorded values, remove or weaken a guard, remove a tool from a "
+        "task, lower a budget below a recorded use, remove an approver role), replay every "
+        "recording against each, and report which mutants no recording catches (survivors). "
+        "Score: killed / mutants that load. A first argument that is a spec file (not a "
+        "recording) is SPEC; RECORDINGS default to the harness_recordings folder of the pytest "
+        "configuration here, else ./recordings. No recordings: exit 2 (nothing to score).",
+    )
+    mutate.add_argument(
+        "recordings",
+        metavar="RECORDINGS",
+        nargs="*",
+        help="recording files or folders (default: harness_recordings, else ./recordings)",
+    )
+    spec_and_env(mutate, positional=False)
+    mutate.add_argument(
+        "--min-score",
+        metavar="S",
+        type=_ratio,
+        help="exit 1 when the score (killed / total, 0..1) is below S",
+    )
+    mutate.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"score": {...}, "mutants": [...]} instead of the table',
+    )
     return parser
+
+
+_SPEC_HELP = "the harness.yaml to load (default: --spec, $HARNESS_SPEC, else ./harness.yaml)"
+
+
+def _ratio(value: str) -> float:
+    """A score between 0 and 1."""
+    try:
+        ratio = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {value!r}") from None
+    if not 0 <= ratio <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {value!r}")
+    return ratio
 
 
 def _name(value: str) -> str:
@@ -255,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out, err = _consoles()
     try:
         args = build_parser().parse_args(argv)
+        _choose_spec(args)
     except _UsageError as exc:
         _error(err, str(exc))
         return EXIT_USAGE
@@ -271,19 +345,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _choose_spec(args: argparse.Namespace) -> None:
+    """Set `args.spec` (DESIGN §8); `replay` takes SPEC last and `mutate` first, when given."""
+    from pytest_harness.cli_inputs import NoSpec, choose_spec, is_spec_file
+
+    given: str | None = getattr(args, "spec", None)
+    if args.command == "replay" and len(args.sources) > 1 and is_spec_file(args.sources[-1]):
+        given = args.sources.pop()
+    elif args.command == "mutate" and args.recordings and is_spec_file(args.recordings[0]):
+        given = args.recordings.pop(0)
+    try:
+        args.spec = choose_spec(given, args.spec_option)
+    except NoSpec as exc:
+        raise _UsageError(f"{args.command}: {exc} (see '{PROG} {args.command} --help')") from None
+
+
 # -- commands ---------------------------------------------------------------------------------
 
 
 async def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from pytest_harness.runtime.principal import Principal
+
+    principal = Principal(id=args.principal, roles=tuple(args.roles), tenant=args.tenant)
     async with _load(args, record=True if args.record else None) as harness:
-        result = await harness.run(args.task, args.input, principal=args.principal)
+        result = await harness.run(args.task, args.input, principal=principal, tenant=args.tenant)
     _print_result(out, result, args)
     return _exit_for(result)
 
 
 async def _replay(args: argparse.Namespace, out: Console, err: Console) -> int:
-    sources: list[str] = args.sources
+    from pytest_harness.cli_inputs import recordings_under
+
+    sources: list[str] = []
     outcomes: list[tuple[str, ReplayReport | Exception]] = []
+    for source in args.sources:
+        if not Path(source).is_dir():
+            sources.append(source)
+            continue
+        found = recordings_under(Path(source))
+        if not found:
+            outcomes.append(
+                (source, HarnessError("no recordings (.yaml, .yml, .hx) under this folder"))
+            )
+        sources += [str(p) for p in found]
     async with _load(args) as harness:
         show_progress = len(sources) > 1 and not args.json and err.is_terminal
         with _progress(err, len(sources), enabled=show_progress) as advance:
@@ -346,7 +450,7 @@ async def _show(args: argparse.Namespace, out: Console, err: Console) -> int:
 async def _approve(args: argparse.Namespace, out: Console, err: Console) -> int:
     from pytest_harness.runtime.principal import Principal
 
-    approver = Principal(id=args.approver, roles=tuple(args.roles))
+    approver = Principal(id=args.approver, roles=tuple(args.roles), tenant=args.tenant)
     async with _load(args) as harness:
         result = await harness.approve(
             args.run_id, args.approval_id, args.decision, approver=approver, reason=args.reason
@@ -389,6 +493,36 @@ async def _eval(args: argparse.Namespace, out: Console, err: Console) -> int:
         return await eval_report(harness, args, out)
 
 
+async def _mutate(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from pytest_harness.cli_inputs import default_recordings
+    from pytest_harness.mutate import mutate
+
+    recordings: list[str] = args.recordings or [str(default_recordings())]
+    report = await mutate(args.spec, recordings, env=args.env)
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        out.print(report.render(), soft_wrap=True)
+    ratio = report.ratio
+    if ratio is None:
+        why = (
+            "every mutant is invalid (none loaded)"
+            if report.results
+            else "it has no rules, guards, task tools or budgets to mutate"
+        )
+        _error(err, f"nothing to score in {args.spec}: {why}")
+        return EXIT_USAGE
+    if args.min_score is not None and ratio < args.min_score:
+        if not args.json:
+            out.print(
+                f"score {ratio:.2f} is below --min-score {args.min_score:g}: add golden runs "
+                "that exercise the survivors",
+                soft_wrap=True,
+            )
+        return EXIT_DRIFT
+    return EXIT_OK
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace, Console, Console], Coroutine[Any, Any, int]]] = {
     "run": _run,
     "replay": _replay,
@@ -397,6 +531,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console, Console], Coroutine[
     "approve": _approve,
     "export": _export,
     "eval": _eval,
+    "mutate": _mutate,
 }
 
 
@@ -475,9 +610,11 @@ def _print_result(
     if approval is not None and not detail and result.status is RunStatus.AWAITING_APPROVAL:
         role = f" --role {approval.approvers[0]}" if approval.approvers else ""
         env = f" -e {args.env}" if args.env else ""
+        tenant = getattr(args, "tenant", None)
+        also = f" --tenant {tenant}" if tenant else ""
         out.print(
             f"  answer it: {PROG} approve {result.run_id} {approval.approval_id} "
-            f"approve|decline {args.spec}{env} --approver ID{role}",
+            f"approve|decline {args.spec}{env} --approver ID{role}{also}",
             soft_wrap=True,
         )
     if detail:
@@ -488,11 +625,11 @@ def _print_result(
 
 
 def _summary(reports: list[tuple[str, ReplayReport]], errors: int, fail_on: frozenset[str]) -> str:
-    """`3 same, 1 changed, 0 diverged`, with errors and failures when there are any."""
+    """`3 same, 1 drifted, 0 diverged`, with errors and failures when there are any."""
     same = sum(1 for _, r in reports if r.same)
     diverged = sum(1 for _, r in reports if r.divergence is not None)
-    changed = len(reports) - same - diverged
-    text = f"{same} same, {changed} changed, {diverged} diverged"
+    drifted = len(reports) - same - diverged
+    text = f"{same} same, {drifted} drifted, {diverged} diverged"
     if errors:
         text += f", {errors} not loaded"
     failing = sum(1 for _, r in reports if r.failed(fail_on))

@@ -103,11 +103,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--record-recordings",
         dest="harness_record",
-        choices=[mode.value for mode in RecordMode],
+        metavar="{none,new,all}",
+        nargs="?",
+        const=RecordMode.NEW.value,
         default=RecordMode.NONE.value,
         help="write the runs tests make through the harness fixtures as golden files under "
-        "harness_recordings/<test module>/<test name>[-N].yaml: new = only missing ones, "
-        "all = rewrite changed ones, none = write nothing (default).",
+        "harness_recordings/<test module>/<test name>[-N].yaml: new (also with no value) = "
+        "only missing ones, all = rewrite changed ones, none = write nothing (default).",
     )
     group.addoption(
         "--prune-recordings",
@@ -122,6 +124,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         default=None,
         help="write every replay report of the session as JSON to PATH (for CI dashboards).",
+    )
+    group.addoption(
+        "--harness-strict",
+        dest="harness_strict",
+        action="store_true",
+        default=False,
+        help="fail a test that makes harness runs but has no golden file (also with the "
+        "harness_strict ini value, or when the CI environment variable is set).",
     )
     group.addoption(
         "--harness-allow-live",
@@ -139,6 +149,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="offline",
     )
     parser.addini(
+        "harness_strict",
+        "fail tests that make harness runs but have no golden file (as when CI is set)",
+        type="bool",
+        default=False,
+    )
+    parser.addini(
         "harness_recordings",
         "the folder of golden recordings (written by --record-recordings, replayed by default)",
         default="recordings",
@@ -148,6 +164,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Read the settings, block live models, and register what the session's options need."""
     config.addinivalue_line("markers", MARKER)
+    _record_mode_or_path(config)
     settings = Settings.from_config(config)
     config.stash[SETTINGS] = settings
     from pytest_harness.models.live import set_live_models_allowed
@@ -166,10 +183,31 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         config.args = [str(settings.recordings)]
         config.args_source = pytest.Config.ArgsSource.ARGS
-    if settings.needs_ledger:
-        from pytest_harness.plugin.summary import register
+    from pytest_harness.plugin.summary import register
 
-        register(config, settings)
+    register(config, settings)
+
+
+def _record_mode_or_path(config: pytest.Config) -> None:
+    """`--record-recordings PATH` means `new` and PATH: give the path back to pytest.
+
+    The option's value is optional, so argparse takes a path that follows it as its value.
+    """
+    value = str(config.option.harness_record)
+    modes = [mode.value for mode in RecordMode]
+    if value in modes:
+        return
+    if not Path(config.invocation_params.dir, value.split("::")[0]).exists():
+        raise pytest.UsageError(
+            f"--record-recordings: invalid choice {value!r} (choose from {', '.join(modes)}; "
+            "no value means new)"
+        )
+    config.option.harness_record = RecordMode.NEW.value
+    if config.args_source is pytest.Config.ArgsSource.ARGS:
+        config.args = [value, *config.args]
+    else:
+        config.args = [value]
+        config.args_source = pytest.Config.ArgsSource.ARGS
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -197,17 +235,25 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    """`@pytest.mark.harness(allow_live=...)` switches live model calls for one test."""
+    """Switch live calls per `@pytest.mark.harness(allow_live=...)`; check golden files.
+
+    A test that made runs without golden files is listed, and fails when strict (DESIGN §7.1).
+    """
     allow = next(
         (m.kwargs["allow_live"] for m in item.iter_markers("harness") if "allow_live" in m.kwargs),
         None,
     )
     if allow is None:
-        return (yield)
-    from pytest_harness.models.live import allow_live_models
+        result = yield
+    else:
+        from pytest_harness.models.live import allow_live_models
 
-    with allow_live_models(bool(allow)):
-        return (yield)
+        with allow_live_models(bool(allow)):
+            result = yield
+    runs = item.stash.get(RUNS, None)
+    if runs is not None:
+        runs.check_gated()
+    return result
 
 
 def pytest_assertrepr_compare(

@@ -18,14 +18,20 @@ import pytest
 from pytest_harness.errors import HarnessError, LiveModelBlocked, SpecError
 from pytest_harness.models.live import live_models_allowed
 from pytest_harness.plugin.golden import golden_key, golden_name, write_golden
-from pytest_harness.plugin.settings import DEFAULT_ENV, RECORDINGS_PROPERTY, RecordMode, Settings
+from pytest_harness.plugin.settings import (
+    DEFAULT_ENV,
+    RECORDINGS_PROPERTY,
+    UNGATED_PROPERTY,
+    RecordMode,
+    Settings,
+)
 
 if TYPE_CHECKING:
     from pytest_harness.models.base import ModelProvider, ModelRequest, ModelResponse
     from pytest_harness.models.scripted import Script
     from pytest_harness.recording.model import Recording
     from pytest_harness.runtime.harness import Harness
-    from pytest_harness.store.base import Store
+    from pytest_harness.store.base import NewRun, RunRecord, Store
     from pytest_harness.testing import SyncHarness
 
 __all__ = ["MARKER_KEYS", "TaskScripts", "TestRuns", "load_harness", "marker_options"]
@@ -124,6 +130,8 @@ class TestRuns:
         self.marker = marker_options(node)
         self.failed = False
         """Set when the test's setup or call failed or skipped: its golden files are kept."""
+        self.started = 0
+        """How many runs the test's harnesses started (an idempotent repeat is not a run)."""
         self._tmp = tmp
         self._entries: list[_Entry] = []
         self._scripts: list[tuple[str, Script, bool]] = []
@@ -170,12 +178,58 @@ class TestRuns:
         pytest.fail(problem, pytrace=False)
 
     def _add(self, harness: Harness) -> Harness:
+        self._count_runs(harness)
         entry = _Entry(harness=harness, facade=None, record=harness.record)
         for name, script, _ in self._scripts:
             self._apply(entry, name, script)
         self._check_scripts_apply(entry)
         self._entries.append(entry)
         return harness
+
+    def _count_runs(self, harness: Harness) -> None:
+        """Count the runs `harness` starts, whatever starts them (run, submit, a helper)."""
+        store = harness.store
+        create_run = store.create_run
+
+        async def counting(new: NewRun) -> tuple[RunRecord, bool]:
+            record, created = await create_run(new)
+            if created:
+                self.started += 1
+            return record, created
+
+        store.create_run = counting  # type: ignore[method-assign,assignment]
+
+    def check_gated(self) -> None:
+        """After the test's call: publish (and fail, when strict) runs without golden files.
+
+        A test that is recording (`--record-recordings`) writes them, so it is not checked.
+        """
+        settings = self.settings
+        if not self.started or settings.record is not RecordMode.NONE:
+            return
+        folder, base = golden_key(self.node.nodeid)
+        names = [golden_name(base, n) for n in range(1, self.started + 1)]
+        missing = [
+            settings.show(settings.recordings / folder / name)
+            for name in names
+            if not (settings.recordings / folder / name).is_file()
+        ]
+        if not missing:
+            return
+        import json
+        import shlex
+
+        data = {"runs": self.started, "missing": missing}
+        self.node.user_properties.append((UNGATED_PROPERTY, json.dumps(data)))
+        if settings.strict:
+            runs = f"{self.started} harness run{'s' if self.started > 1 else ''}"
+            files = "no golden file" if len(missing) == len(names) else "missing golden files"
+            pytest.fail(
+                f"{self.node.nodeid} made {runs} but has {files} ({', '.join(missing)}), and "
+                f"{settings.strict} requires them: record them with: pytest "
+                f"--record-recordings=new {shlex.quote(self.node.nodeid)}",
+                pytrace=False,
+            )
 
     def sync(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,8 +29,10 @@ __all__ = [
     "REPLAY_SESSION",
     "RUNS",
     "SETTINGS",
+    "UNGATED_PROPERTY",
     "RecordMode",
     "Settings",
+    "in_ci",
     "parse_fail_on",
 ]
 
@@ -83,6 +86,7 @@ class Settings:
         "report",
         "rootpath",
         "spec",
+        "strict",
         "update",
     )
 
@@ -101,6 +105,7 @@ class Settings:
         report: Path | None = None,
         allow_live: bool = False,
         replay_tools: str | None = None,
+        strict: str = "",
     ) -> None:
         self.rootpath = rootpath
         self.spec = spec
@@ -115,6 +120,8 @@ class Settings:
         self.allow_live = allow_live
         self.replay_tools = replay_tools
         """`--replay-tools`: `safe` runs the safe tools during replay; None runs none."""
+        self.strict = strict
+        """Why tests without golden files fail (`--harness-strict`, …), or "" when they do not."""
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -144,6 +151,7 @@ class Settings:
             report=_path(report_opt, here) if report_opt else None,
             allow_live=bool(opt.harness_allow_live),
             replay_tools=getattr(opt, "harness_replay_tools", None),
+            strict=_strictness(config),
         )
 
     @property
@@ -165,6 +173,22 @@ class Settings:
             return str(absolute)
 
 
+def _strictness(config: pytest.Config) -> str:
+    if config.option.harness_strict:
+        return "--harness-strict"
+    if config.getini("harness_strict"):
+        return "the harness_strict ini value"
+    if in_ci():
+        return f"CI={os.environ.get('CI', '').strip()}"
+    return ""
+
+
+def in_ci(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether `CI` is set to a non-empty value other than `0` or `false` (any case)."""
+    value = (os.environ if environ is None else environ).get("CI", "").strip()
+    return value.lower() not in ("", "0", "false")
+
+
 def _path(value: str | os.PathLike[str], base: Path) -> Path:
     path = Path(os.path.expanduser(os.fspath(value)))
     return Path(os.path.normpath(path if path.is_absolute() else base / path))
@@ -179,5 +203,7 @@ REPLAY_PROPERTY = "harness_replay"
 """The `report.user_properties` key of a replay item's outcome (JSON)."""
 RECORDINGS_PROPERTY = "harness_recordings"
 """The `report.user_properties` key of a test's golden runs (JSON)."""
+UNGATED_PROPERTY = "harness_ungated"
+"""The `report.user_properties` key of a test that made runs without golden files (JSON)."""
 REPLAY_SESSION: pytest.StashKey[ReplaySession] = pytest.StashKey()
 """Where replay items keep the process's loaded harnesses and event loop."""

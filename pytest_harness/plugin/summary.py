@@ -28,6 +28,7 @@ from pytest_harness.plugin.settings import (
     RECORDINGS_PROPERTY,
     REPLAY_PROPERTY,
     RUNS,
+    UNGATED_PROPERTY,
     RecordMode,
     Settings,
 )
@@ -48,7 +49,7 @@ def register(config: pytest.Config, settings: Settings) -> None:
     is_worker = hasattr(config, "workerinput")
     ledger = None
     if not is_worker:
-        ledger = Ledger(settings)
+        ledger = Ledger(settings, config)
         config.pluginmanager.register(ledger, "harness-ledger")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistController(ledger), "harness-xdist")
@@ -83,8 +84,8 @@ class GoldenTracker:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Send the collected tests of modules that have a golden folder; refuse name clashes."""
-        modules: dict[str, list[str]] = {}
+        """Send the tests of modules with a golden folder or the fixtures; refuse name clashes."""
+        collected: dict[str, list[str]] = {}
         owners: dict[tuple[str, str], str] = {}
         exists: dict[str, bool] = {}
         for item in session.items:
@@ -94,9 +95,9 @@ class GoldenTracker:
             folder = key[0]
             if folder not in exists:
                 exists[folder] = (self.settings.recordings / folder).is_dir()
-            if exists[folder]:
-                modules.setdefault(folder, []).append(item.nodeid)
+            collected.setdefault(folder, []).append(item.nodeid)
             if FIXTURES & set(getattr(item, "fixturenames", ())):
+                exists[folder] = True  # its tests may write golden files: it is checked too
                 other = owners.setdefault(key, item.nodeid)
                 if other != item.nodeid:
                     shown = self.settings.show(self.settings.recordings / folder / key[1])
@@ -104,6 +105,10 @@ class GoldenTracker:
                         f"pytest-harness: {other} and {item.nodeid} would write the same golden "
                         f"files ({shown}*.yaml); rename one of them (or its test module)"
                     )
+        for arg in session.config.args:  # `file.py::test` collects part of a module only
+            if "::" in arg:
+                self.partial.add(golden_key(arg.replace(os.sep, "/"))[0])
+        modules = {folder: ids for folder, ids in collected.items() if exists[folder]}
         info = {"modules": modules, "partial": sorted(self.partial)}
         if self.ledger is not None:
             self.ledger.add_modules(info)
@@ -128,9 +133,12 @@ class _XdistController:
 class Ledger:
     """Gathers the replay outcomes and golden runs of the session and reports them."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, config: pytest.Config | None = None) -> None:
         self.settings = settings
+        self.config = config
         self.replays: dict[str, dict[str, Any]] = {}
+        self.ungated: dict[str, dict[str, Any]] = {}
+        """Tests that made runs without golden files: node id → runs and missing files."""
         self.goldens: dict[str, dict[str, Any]] = {}
         self.finished: set[str] = set()
         self.unlucky: set[str] = set()
@@ -160,6 +168,8 @@ class Ledger:
             for key, value in report.user_properties:
                 if key == REPLAY_PROPERTY:
                     self._replayed(report, json.loads(str(value)))
+                elif key == UNGATED_PROPERTY:
+                    self.ungated[report.nodeid] = json.loads(str(value))
                 elif key == RECORDINGS_PROPERTY:
                     self.goldens[report.nodeid] = json.loads(str(value))
                 else:
@@ -173,12 +183,30 @@ class Ledger:
 
     def _replayed(self, report: pytest.TestReport, data: dict[str, Any]) -> None:
         self.replays[report.nodeid] = data
+        self._junit_classname(report, str(data.get("file") or ""))
         if report.failed and isinstance(report.longrepr, str) and "report" in data:
             # From an xdist worker the failure arrives as plain text: draw it again here.
             from pytest_harness.plugin.render import ReplayFailureRepr
 
             repr_ = ReplayFailureRepr(data["report"], data["plain"], data.get("hint"))
             report.longrepr = repr_  # type: ignore[assignment]
+
+    def _junit_classname(self, report: pytest.TestReport, file: str) -> None:
+        """Name a replay item's junit class by its file without the suffix.
+
+        As pytest does for `.py` files: `recordings.test_shop.test_refund`, not `….yaml`.
+        """
+        if self.config is None or not file:
+            return
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        if xml is None:
+            return
+        names = [part for part in Path(file).with_suffix("").as_posix().split("/") if part]
+        if xml.prefix:
+            names.insert(0, xml.prefix)
+        xml.node_reporter(report).add_attribute("classname", ".".join(names))
 
     # -- finishing -------------------------------------------------------------------------
 
@@ -191,6 +219,13 @@ class Ledger:
                 self._prune()
         if settings.report is not None:
             self._write_report(settings.report)
+        if (
+            settings.replay
+            and not self.replays
+            and session.exitstatus == pytest.ExitCode.OK
+            and not session.config.option.collectonly
+        ):
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
         if self.problems:
             session.exitstatus = int(session.exitstatus) | int(pytest.ExitCode.TESTS_FAILED)
 
@@ -263,10 +298,14 @@ class Ledger:
 
     # -- the terminal summary --------------------------------------------------------------
 
-    def pytest_report_header(self, config: pytest.Config) -> str:
-        """Name the spec, environment and recordings folder this session uses."""
+    def pytest_report_header(self, config: pytest.Config) -> str | None:
+        """Name the spec, environment and golden folder of a session that replays or records."""
         s = self.settings
-        return f"harness: spec {s.show(s.spec)} (env {s.env}), recordings {s.show(s.recordings)}"
+        if not s.needs_ledger:
+            return None
+        return (
+            f"harness: spec {s.show(s.spec)} (env {s.env}), golden files in {s.show(s.recordings)}/"
+        )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The `harness replay` and `harness recordings` sections."""
@@ -274,8 +313,20 @@ class Ledger:
         if self.replays:
             tr.write_sep("=", "harness replay")
             self._replay_summary(tr)
-        if self.settings.tracks_goldens:
+        elif self.settings.replay and not tr.config.option.collectonly:
+            tr.write_sep("=", "harness replay")
+            where = " ".join(self.config.args) if self.config is not None else "the given paths"
+            tr.write_line(
+                f"no recordings replayed: no recording files (.yaml, .yml, .hx) were collected "
+                f"from {where}",
+                red=True,
+                bold=True,
+            )
+        if self.settings.tracks_goldens or self.ungated:
             tr.write_sep("=", "harness recordings")
+        if self.ungated:
+            self._ungated_summary(tr)
+        if self.settings.tracks_goldens:
             self._golden_summary(tr)
         for problem in self.problems:
             tr.write_line(f"pytest-harness: {problem}", red=True)
@@ -286,7 +337,7 @@ class Ledger:
         bad = c["drifted"] + c["diverged"] + c["error"]
         line = (
             f"{c['total']} {noun} replayed: {c['same']} same, {c['drifted']} drifted, "
-            f"{c['diverged']} diverged, {c['error']} errors"
+            f"{c['diverged']} diverged, {_count(c['error'], 'error')}"
         )
         if c["updated"]:
             line += f", {c['updated']} updated"
@@ -345,27 +396,61 @@ class Ledger:
             failed = sorted(n for n, d in self.goldens.items() if d.get("failed"))
             if failed:
                 tr.write_line(
-                    f"{len(failed)} tests did not pass; their golden runs were not written:",
+                    f"{_count(len(failed), 'test')} did not pass; "
+                    f"{'its' if len(failed) == 1 else 'their'} golden runs were not written:",
                     yellow=True,
                 )
                 for nodeid in failed:
                     tr.write_line(f"  {nodeid}")
         if self.pruned:
-            tr.write_line(f"deleted {len(self.pruned)} unused golden files:", yellow=True)
+            tr.write_line(f"deleted {_count(len(self.pruned), 'unused golden file')}:", yellow=True)
             for path in self.pruned:
                 tr.write_line(f"  {s.show(path)}")
         elif self.unused:
             tr.write_line(
-                f"{len(self.unused)} unused golden files (no test wrote them; delete them "
-                "with --prune-recordings):",
+                f"{_count(len(self.unused), 'unused golden file')} (no test wrote "
+                f"{'it' if len(self.unused) == 1 else 'them'}; delete "
+                f"{'it' if len(self.unused) == 1 else 'them'} with --prune-recordings):",
                 yellow=True,
             )
             for path in self.unused:
                 tr.write_line(f"  {s.show(path)}")
         elif self.checked:
-            tr.write_line(f"no unused golden files in {', '.join(self.checked)}")
+            folders = ", ".join(f"{s.show(s.recordings / folder)}/" for folder in self.checked)
+            tr.write_line(f"no unused golden files in {folders}")
+        if self.modules and (self.unused or self.pruned or self.checked):
+            unchecked = sorted(set(self.modules) - set(self.checked))
+            if unchecked:
+                folders = ", ".join(f"{s.show(s.recordings / f)}/" for f in unchecked)
+                tr.write_line(
+                    f"unused golden files not checked in {folders} (not every test of the "
+                    "module ran)"
+                )
         elif self.modules:
             tr.write_line("unused golden files: not checked (no test module ran in full)")
+
+    def _ungated_summary(self, tr: Any) -> None:
+        import shlex
+
+        s = self.settings
+        nodeids = sorted(self.ungated)
+        strict = f"; they fail because {s.strict} is set" if s.strict else ""
+        tr.write_line(
+            f"{_count(len(nodeids), 'test')} made harness runs but "
+            f"{'has' if len(nodeids) == 1 else 'have'} no golden file, so the replay gate "
+            f"does not cover {'it' if len(nodeids) == 1 else 'them'}{strict}:",
+            yellow=not s.strict,
+            red=bool(s.strict),
+        )
+        for nodeid in nodeids:
+            missing = self.ungated[nodeid].get("missing") or []
+            tr.write_line(f"  {nodeid} (missing {', '.join(missing)})")
+        quoted = " ".join(shlex.quote(n) for n in nodeids)
+        tr.write_line(f"record them with: pytest --record-recordings=new {quoted}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _describe(data: Mapping[str, Any]) -> str:

@@ -182,7 +182,7 @@ class ReplayReport:
                 f"{self.divergence.reason}"
             )
         else:
-            word = "same" if self.same else "changed"
+            word = "same" if self.same else "drifted"
             head = f"{word}: {self.subject} ended {recorded}; the replay ended {replayed}"
         lines = [head]
         if self.divergence is not None:
@@ -202,14 +202,17 @@ class ReplayReport:
             else:
                 lines.append("  output: same")
         changed, total = self.model_requests_changed
+        used, recorded_total = self.model_answers_used
+        explain = bool(changed) and total != recorded_total  # two totals side by side
         if changed:
+            counted = f" (of the replay's {total} requests)" if explain else ""
             why = f" ({'; '.join(self.requests_explained)})" if self.requests_explained else ""
-            lines.append(f"  model requests changed: {changed} of {total}{why}")
+            lines.append(f"  model requests changed: {changed} of {total}{counted}{why}")
             if self.prompt_diff:
                 lines.append("  system prompt:")
                 lines.extend(f"    {line}" for line in self.prompt_diff)
-        used, recorded_total = self.model_answers_used
-        lines.append(f"  model answers used: {used} of {recorded_total}")
+        counted = f" (of the {recorded_total} recorded)" if explain else ""
+        lines.append(f"  model answers used: {used} of {recorded_total}{counted}")
         lines.extend(f"  not re-graded: {note}" for note in self.not_regraded)
         return "\n".join(lines)
 

@@ -753,7 +753,10 @@ class Driver:
         state.phase = "ended"
         state.error = error
         self.status = status
-        self._decide(Decision(state.steps, "output", "output", {"status": status.value}))
+        # The output closes the last step the trace reached (a model call that failed is a step
+        # the counter never took), so it never reads `step 0 output` after `step 1 model`.
+        step = max([state.steps, *(int(d.get("step") or 0) for d in state.trace)])
+        self._decide(Decision(step, "output", "output", {"status": status.value}))
         events = []
         if status is RunStatus.COMPLETED:
             events.append(EventDraft("text_complete", {"text": state.output}))

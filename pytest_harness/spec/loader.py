@@ -25,7 +25,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType, NoneType, UnionType
@@ -83,11 +83,20 @@ class _Baseline:
     document: _BaselineDocument
 
 
-def load_spec(path: str | Path, *, env: str | None = None, record: bool | None = None) -> Spec:
+def load_spec(
+    path: str | Path,
+    *,
+    env: str | None = None,
+    record: bool | None = None,
+    edit: Callable[[dict[str, Any]], None] | None = None,
+) -> Spec:
     """Load and check a `harness.yaml`; raise `SpecError` at the first problem.
 
     `env` picks an environment overlay (default: `$HARNESS_ENV` when set; `""` for none);
-    `record`, when given, sets `state.record` unless the baseline locks it otherwise.
+    `record`, when given, sets `state.record` unless the baseline locks it otherwise. `edit`,
+    when given, changes the document's data in place after the overlay and the baseline and
+    before every check (`pytest-harness mutate` loads its mutants this way, so a mutant is
+    checked exactly as a spec file would be).
     """
     spec_path = Path(os.path.abspath(path))
     doc = read_yaml(spec_path)
@@ -109,6 +118,8 @@ def load_spec(path: str | Path, *, env: str | None = None, record: bool | None =
         _apply_locks(data, baseline, where, env_name, env_paths)
     if record is not None:
         _apply_record(data, record, baseline, where)
+    if edit is not None:
+        edit(data)
     document = _validate(SpecDocument, data, where)
     base = baseline.document if baseline is not None else _BaselineDocument()
     _check_references(document, base, where)

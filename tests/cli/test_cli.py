@@ -303,7 +303,7 @@ def test_replay_of_an_unchanged_run_is_same_and_exits_0(cli) -> None:
         f"same: run {run_id} (orders) ended completed; the replay ended completed\n"
         "  output: same\n"
         "  model answers used: 3 of 3\n"
-        "1 same, 0 changed, 0 diverged\n"
+        "1 same, 0 drifted, 0 diverged\n"
     )
 
 
@@ -317,7 +317,7 @@ def test_golden_file_replay_after_export(cli) -> None:
         "the replay ended completed\n"
         "  output: same\n"
         "  model answers used: 3 of 3\n"
-        "1 same, 0 changed, 0 diverged\n"
+        "1 same, 0 drifted, 0 diverged\n"
     )
 
 
@@ -345,9 +345,9 @@ def test_a_new_rule_that_requires_approval_is_status_drift_exit_1(cli) -> None:
         "  model answers used: 1 of 3\n"
     )
     assert result.out == (
-        f"changed: recording recordings/refund.yaml (orders) {report}"
-        f"changed: run {run_id} (orders) {report}"
-        "0 same, 2 changed, 0 diverged; 2 failing (--fail-on status,output,decisions)\n"
+        f"drifted: recording recordings/refund.yaml (orders) {report}"
+        f"drifted: run {run_id} (orders) {report}"
+        "0 same, 2 drifted, 0 diverged; 2 failing (--fail-on status,output,decisions)\n"
     )
 
 
@@ -359,12 +359,12 @@ def test_a_prompt_only_change_fails_only_with_fail_on_requests(cli) -> None:
     assert default.out.startswith("same: ")
     assert "  model requests changed: 3 of 3 (system prompt: 1 line changed)\n" in default.out
     assert "    +You are the order desk of a shop. Always look orders up first.\n" in default.out
-    assert default.out.endswith("1 same, 0 changed, 0 diverged\n")
+    assert default.out.endswith("1 same, 0 drifted, 0 diverged\n")
 
     strict = cli("replay", run_id, "harness.yaml", "--fail-on", "status,requests")
     assert strict.code == 1
     assert strict.out.endswith(
-        "1 same, 0 changed, 0 diverged; 1 failing (--fail-on status,requests)\n"
+        "1 same, 0 drifted, 0 diverged; 1 failing (--fail-on status,requests)\n"
     )
 
     loose = cli("replay", run_id, "harness.yaml", "--fail-on", "requests", "--json")
@@ -402,12 +402,12 @@ def test_a_corrupt_recording_exits_2_after_the_others_are_reported(cli, quicksta
     (quickstart / "bad.yaml").write_text("format: [\n", encoding="utf-8")
     alone = cli("replay", "bad.yaml", "harness.yaml")
     one_error_line(alone, "bad.yaml:", "invalid YAML")
-    assert alone.out == "0 same, 0 changed, 0 diverged, 1 not loaded\n"
+    assert alone.out == "0 same, 0 drifted, 0 diverged, 1 not loaded\n"
 
     mixed = cli("replay", run_id, "bad.yaml", "harness.yaml")
     assert mixed.code == 2
     assert mixed.out.startswith(f"same: run {run_id} (orders)")
-    assert mixed.out.endswith("1 same, 0 changed, 0 diverged, 1 not loaded\n")
+    assert mixed.out.endswith("1 same, 0 drifted, 0 diverged, 1 not loaded\n")
     assert mixed.err.splitlines() == [
         "pytest-harness: error: bad.yaml: bad recording file bad.yaml:2: invalid YAML: did not "
         "find expected node content (while parsing a flow node at line 2)"
@@ -442,7 +442,7 @@ def test_replay_of_many_inputs_shows_no_progress_bar_when_not_a_terminal(cli) ->
     run_id = record_refund(cli)
     result = cli("replay", run_id, run_id, run_id, "harness.yaml")
     assert result.code == 0 and result.err == ""
-    assert result.out.endswith("3 same, 0 changed, 0 diverged\n")
+    assert result.out.endswith("3 same, 0 drifted, 0 diverged\n")
 
 
 # -- bad specs and arguments --------------------------------------------------------------------
@@ -471,8 +471,10 @@ def test_a_missing_spec_or_env_exits_2(cli) -> None:
     [
         ((), "the following arguments are required: COMMAND"),
         (("frob",), "invalid choice: 'frob'"),
-        (("run", "orders", "harness.yaml"), "run: the following arguments are required: SPEC"),
-        (("replay", "harness.yaml"), "replay: the following arguments are required: SPEC"),
+        (("run", "orders"), "run: the following arguments are required: INPUT"),
+        (("run", "orders", "x", "a.yaml", "--spec", "b.yaml"), "two specs given"),
+        (("replay",), "replay: the following arguments are required: RUN_ID|FILE|FOLDER"),
+        (("mutate", "--min-score", "2"), "expected a number from 0 to 1, got '2'"),
         (("replay", "r", "harness.yaml", "--fail-on", "statuss"), "unknown kind 'statuss'"),
         (("approve", "r", "a", "yes", "harness.yaml", "--approver", "f"), "invalid choice: 'yes'"),
         (("approve", "r", "a", "approve", "harness.yaml"), "--approver"),

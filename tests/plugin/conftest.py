@@ -153,7 +153,10 @@ class Project:
 
 
 @pytest.fixture
-def project(pytester: pytest.Pytester) -> Project:
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """A fresh project; `CI` is cleared (CI sets it) so that strictness is off unless a test
+    turns it on (`--harness-strict`, the ini value, or `CI` set on purpose)."""
+    monkeypatch.delenv("CI", raising=False)
     return Project(pytester)
 
 

@@ -140,7 +140,7 @@ def test_a_failing_test_writes_nothing_and_keeps_its_files(project: Project) -> 
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "1 tests did not pass; their golden runs were not written:",
+            "1 test did not pass; its golden runs were not written:",
             "  test_desk.py::test_small_refund",
             "deleted 3 unused golden files:",
         ]
@@ -160,7 +160,7 @@ def test_under_xdist_every_file_is_written_once_and_the_summary_merged(project: 
     result.stdout.fnmatch_lines(
         [
             "golden runs in recordings: 10 written, 0 unchanged",
-            "deleted 1 unused golden files:",
+            "deleted 1 unused golden file:",
             "  recordings/test_more/test_gone.yaml",
         ]
     )
@@ -171,7 +171,7 @@ def test_under_xdist_every_file_is_written_once_and_the_summary_merged(project: 
     result.stdout.fnmatch_lines(
         [
             "golden runs in recordings: 0 written, 10 unchanged",
-            "no unused golden files in test_desk, test_more",
+            "no unused golden files in recordings/test_desk/, recordings/test_more/",
         ]
     )
     assert project.goldens() == files

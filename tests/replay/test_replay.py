@@ -128,7 +128,7 @@ guards: []""",
     assert report.status == ("completed", "awaiting_approval")
     assert "status" in report.differences and "output" in report.differences
     text = report.render()
-    assert "changed: recording" in text
+    assert "drifted: recording" in text
     assert "  status: completed → awaiting_approval" in text
     assert "    + step 1 rule R3 → approve (tool lookup_order)" in text
     assert "    - step 1 tool lookup_order → ok" in text
@@ -202,6 +202,11 @@ async def test_model_turn_past_the_end_diverges(app, tmp_path) -> None:
     report = await replay_file(app, tmp_path / "s.yaml")
     assert report.diverged == "the replay asked for model turn 3; the recording has 2"
     assert report.model_answers_used == (2, 2)
+    # the two counts have different totals: each line says what it counts
+    text = report.render()
+    changed = report.model_requests_changed[0]
+    assert f"  model requests changed: {changed} of 3 (of the replay's 3 requests)" in text
+    assert text.endswith("  model answers used: 2 of 2 (of the 2 recorded)")
 
 
 async def test_credentials_are_redacted_consistently_and_still_replay(

@@ -356,6 +356,9 @@ tasks:
     assert b.failed and b.error["type"] == "ModelError" and "refusal" in b.error["message"]
     with pytest.raises(RunFailed):
         b.raise_for_status()
+    # the output closes the step the failed model call was (not `step 0 output` after step 1)
+    assert [(d.step, d.kind) for d in b.trace] == [(1, "model"), (1, "output")]
+    assert b.trace.render().splitlines()[-1].startswith("step 1 output")
 
 
 async def test_script_exhausted_fails_the_run_naming_task_and_turn(app) -> None:
