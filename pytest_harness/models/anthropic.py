@@ -171,15 +171,18 @@ class _Stream:
         if not isinstance(payload, Mapping):
             raise Malformed(f"a stream event is not a JSON object: {data[:200]!r}")
         kind = payload.get("type") or event
-        self.last = str(kind)
+        if not isinstance(kind, str):
+            raise Malformed(f"a stream event's `type` is not a string: {data[:200]!r}")
+        self.last = kind
         if kind == "error":
             raise ServerReported(payload.get("error"))
         if kind == "message_start":
             message = payload.get("message")
             if not isinstance(message, Mapping):
                 raise Malformed("`message_start` has no `message`")
+            usage = message.get("usage")
             self.message = dict(message)
-            self.message["usage"] = dict(message.get("usage") or {})
+            self.message["usage"] = dict(usage) if isinstance(usage, Mapping) else {}
             return None
         if kind == "message_stop":
             self.stopped = True

@@ -89,7 +89,7 @@ class OpenAIProvider(HttpProvider):
         text = message.get("content")
         if text is not None and not isinstance(text, str):
             raise Malformed("`choices[0].message.content` is not a string")
-        calls = tuple(_call(i, c) for i, c in enumerate(message.get("tool_calls") or ()))
+        calls = tuple(_call(i, c) for i, c in enumerate(_list(message, "tool_calls")))
         return ModelResponse(
             text=text or None,
             calls=calls,
@@ -138,7 +138,7 @@ class _Stream:
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         delta_text = None
-        for choice in chunk.get("choices") or ():
+        for choice in _list(chunk, "choices"):
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
@@ -149,7 +149,7 @@ class _Stream:
                 self.text.append(delta_text)
             if isinstance(delta.get("refusal"), str):
                 self.refusal.append(delta["refusal"])
-            for piece in delta.get("tool_calls") or ():
+            for piece in _list(delta, "tool_calls"):
                 self._fold_call(piece)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
@@ -280,6 +280,16 @@ def billed_usage(usage: Any) -> tuple[int, int] | None:
     if total is not None and total > tokens_in + tokens_out:
         tokens_out = total - tokens_in
     return tokens_in, tokens_out
+
+
+def _list(holder: Mapping[str, Any], key: str) -> list[Any]:
+    """`holder[key]` as a list (absent or null: empty); `Malformed` when it is something else."""
+    value = holder.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Malformed(f"`{key}` is not a list: {json.dumps(value, default=str)[:200]}")
+    return value
 
 
 def _int(*values: Any) -> int | None:
