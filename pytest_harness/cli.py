@@ -594,7 +594,8 @@ def _print_result(
         line(
             "usage",
             f"{u.tokens_in} tokens in, {u.tokens_out} out, ${usd}, "
-            f"{_count(u.steps, 'step')}, {_count(u.tool_calls, 'tool call')}",
+            f"{_count(u.steps, 'step')}, {_count(u.tool_calls, 'tool call')}"
+            + (f", {_count(u.truncated, 'answer')} cut at the token limit" if u.truncated else ""),
         )
     approval = result.approval
     for pending in result.pending:

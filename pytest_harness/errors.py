@@ -12,6 +12,7 @@ HarnessError
 ├── ScriptExhausted         a scripted model was asked for a turn its script does not have
 ├── LiveModelBlocked        a live model provider was called where live calls are not allowed
 ├── ModelError              a model provider failed (rate limit, server error, timeout, refusal)
+│   └── ModelTruncated      an answer was cut at its token limit (`on_truncation: fail`)
 ├── StoreError              the store cannot do what was asked (locked, stale lease, full disk)
 ├── ArchiveError            a recording archive is malformed
 ├── ReplayDiverged          a replay asked for something its recording lacks
@@ -40,6 +41,7 @@ __all__ = [
     "HarnessError",
     "LiveModelBlocked",
     "ModelError",
+    "ModelTruncated",
     "ReplayDiverged",
     "ResolutionError",
     "RunAwaitingInput",
@@ -169,9 +171,12 @@ class LiveModelBlocked(HarnessError):
 class ModelError(HarnessError):
     """A model provider failed; `.kind` is `rate_limit`, `server`, `timeout` or `refusal`.
 
-    Live providers add `auth` (a missing or rejected API key) and `bad_request` (the server
-    refused the request as malformed); neither is retried. `.retry_after` is the wait in seconds
-    the server asked for (`Retry-After`), when it asked for one.
+    Live providers add `auth` (a missing or rejected API key), `bad_request` (the server
+    refused the request as malformed) and `malformed` (the answer does not fit the wire format:
+    a chunk that is not JSON, an unknown content block); none of them is retried.
+    `.retry_after` is the wait in seconds the server asked for (`Retry-After`), when it asked
+    for one; `.usage` is `(input_tokens, output_tokens)` when the failed answer reported what it
+    cost (an error inside a stream), so the run counts it against its budget.
     """
 
     RETRYABLE = frozenset({"rate_limit", "server", "timeout"})
@@ -183,16 +188,30 @@ class ModelError(HarnessError):
         *,
         model: str | None = None,
         retry_after: float | None = None,
+        usage: tuple[int, int] | None = None,
     ) -> None:
         self.kind = kind
         self.model = model
         self.retry_after = retry_after
+        self.usage = usage
         super().__init__(message)
 
     @property
     def retryable(self) -> bool:
         """Whether another attempt may succeed (rate limits, server errors, time-outs)."""
         return self.kind in self.RETRYABLE
+
+
+class ModelTruncated(ModelError):
+    """A model's answer was cut at its output token limit and the model says `on_truncation: fail`.
+
+    `.reason` is `max_tokens` or `context_window`. The run ends `failed` with this error; the
+    tokens the answer cost are counted.
+    """
+
+    def __init__(self, model: str, reason: str, detail: str) -> None:
+        self.reason = reason
+        super().__init__("truncated", detail, model=model)
 
 
 class StoreError(HarnessError):

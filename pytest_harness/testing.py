@@ -291,14 +291,25 @@ def calls(*turns: Mapping[str, Any]) -> dict[str, Any]:
     return {"calls": items}
 
 
-def say(text: str, usage: Mapping[str, int] | tuple[int, int] | None = None) -> dict[str, Any]:
-    """A model turn that answers `text`; `usage` is `(input_tokens, output_tokens)` or a mapping."""
+def say(
+    text: str,
+    usage: Mapping[str, int] | tuple[int, int] | None = None,
+    *,
+    incomplete: str | None = None,
+) -> dict[str, Any]:
+    """A model turn that answers `text`; `usage` is `(input_tokens, output_tokens)` or a mapping.
+
+    `incomplete="max_tokens"` (or `"context_window"`) makes it an answer cut at its token limit,
+    to test a model's `on_truncation`.
+    """
     turn: dict[str, Any] = {"say": text}
     if usage is not None:
         if isinstance(usage, tuple):
             turn["usage"] = {"input_tokens": usage[0], "output_tokens": usage[1]}
         else:
             turn["usage"] = dict(usage)
+    if incomplete is not None:
+        turn["incomplete"] = incomplete
     return turn
 
 

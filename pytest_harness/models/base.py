@@ -33,7 +33,8 @@ class Message(TypedDict, total=False):
     """One message of the conversation, in a provider-neutral form.
 
     `role` is `user`, `assistant` or `tool`. An assistant message may carry `tool_calls`
-    (`[{"id", "name", "args"}]`); a tool message answers one by `tool_call_id`.
+    (`[{"id", "name", "args"}]`) and the provider's `thinking` blocks (sent back to the provider
+    unchanged, signatures included); a tool message answers one by `tool_call_id`.
     """
 
     role: str
@@ -41,6 +42,7 @@ class Message(TypedDict, total=False):
     tool_calls: list[dict[str, Any]]
     tool_call_id: str
     name: str
+    thinking: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,11 +123,19 @@ class ProposedCall:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelResponse:
-    """A model's answer: text, tool calls, or both."""
+    """A model's answer: text, tool calls, or both.
+
+    `thinking` holds the provider's reasoning blocks as it sent them (Anthropic's signed
+    `thinking` and `redacted_thinking`), to be sent back unchanged with the assistant turn.
+    `incomplete` says why the answer was cut short (`max_tokens`, `context_window`), or is
+    None for a whole answer.
+    """
 
     text: str | None = None
     calls: tuple[ProposedCall, ...] = ()
     usage: TokenUsage = field(default_factory=TokenUsage)
+    thinking: tuple[Mapping[str, Any], ...] = ()
+    incomplete: str | None = None
 
 
 class ModelProvider(Protocol):

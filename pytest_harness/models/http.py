@@ -28,6 +28,7 @@ from pytest_harness.errors import ModelError
 from pytest_harness.hookspecs import ProviderConfig
 from pytest_harness.models.base import ModelRequest, ModelResponse
 from pytest_harness.models.wire import Malformed, ServerReported, StreamState, iter_sse
+from pytest_harness.redaction import redact
 
 __all__ = [
     "BACKOFF_BASE",
@@ -62,6 +63,8 @@ _REPORTED_KINDS = {
 }
 """Error types reported in a body or a stream, by kind; any other is a `server` error."""
 _DETAIL_CHARS = 300
+_TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+"""Options that cap an answer's output tokens: each must be a positive whole number."""
 
 
 class HttpProvider:
@@ -119,7 +122,7 @@ class HttpProvider:
             options=spec.options,
         )
         if problem is not None:
-            raise config.spec.error(problem[1], (*where, problem[0]))
+            raise config.spec.error(problem[1], (*where, *problem[0]))
         return cls(
             model=spec.model,
             model_name=config.name,
@@ -132,25 +135,36 @@ class HttpProvider:
     @classmethod
     def settings_problem(
         cls, *, base_url: str, api_key_env: str, options: Mapping[str, Any]
-    ) -> tuple[str, str] | None:
-        """The setting that is wrong and why, or None; never quotes a value that may be secret."""
+    ) -> tuple[tuple[str, ...], str] | None:
+        """The setting that is wrong (its key path) and why, or None.
+
+        Never quotes a value that may be secret (`base_url` is shown without user info).
+        """
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            return "base_url", (
+            return ("base_url",), (
                 f"base_url must be an http(s) URL like {cls.default_base_url}, "
                 f"got {safe_url(base_url)!r}"
             )
         if not _ENV_NAME.match(api_key_env):
-            return "api_key_env", (
+            return ("api_key_env",), (
                 "api_key_env names the environment variable that holds the API key (like "
                 f"{cls.default_key_env}), not the key itself"
             )
         clash = sorted(set(options) & cls.reserved_options)
         if clash:
-            return "options", (
+            return ("options",), (
                 f"options cannot set {', '.join(clash)}: the {cls.name} provider sets "
                 f"{'it' if len(clash) == 1 else 'them'} from the request"
             )
+        for name in _TOKEN_LIMITS:
+            value = options.get(name)
+            if name in options and (
+                not isinstance(value, int) or isinstance(value, bool) or value <= 0
+            ):
+                return ("options", name), (
+                    f"options.{name} must be a positive whole number of tokens, got {value!r:.80}"
+                )
         return None
 
     # -- the wire format, supplied by subclasses ----------------------------------------------
@@ -215,9 +229,11 @@ class HttpProvider:
         except httpx.HTTPError as exc:
             failure = self.error("server", f"the exchange broke off ({_describe(exc, key)})")
         except Malformed as exc:
-            failure = self.error("server", f"answered with a malformed body: {_redact(exc, key)}")
+            kind = "server" if exc.cut else "malformed"
+            reason = f"answered with a malformed body: {_redact(exc, key)}"
+            failure = self.error(kind, reason, usage=exc.usage)
         except ServerReported as exc:
-            failure = self.reported_error(exc.error, key)
+            failure = self.reported_error(exc.error, key, usage=exc.usage)
         raise failure  # outside the handlers, so no httpx exception (with headers) is chained
 
     def _api_key(self) -> str:
@@ -282,17 +298,26 @@ class HttpProvider:
 
     # -- errors -------------------------------------------------------------------------------
 
-    def error(self, kind: str, reason: str, *, retry_after: float | None = None) -> ModelError:
+    def error(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        retry_after: float | None = None,
+        usage: tuple[int, int] | None = None,
+    ) -> ModelError:
         """A `ModelError` of `kind` that names the provider, the model and the endpoint."""
         who = f"{self.name} model {self.model_name!r} ({self.model} at {safe_url(self.endpoint)})"
-        return ModelError(kind, f"{who}: {reason}", model=self.model_name, retry_after=retry_after)
+        return ModelError(
+            kind, f"{who}: {reason}", model=self.model_name, retry_after=retry_after, usage=usage
+        )
 
     def status_error(self, response: httpx.Response, key: str) -> ModelError:
         """The `ModelError` for an answer with an HTTP error status."""
         status = response.status_code
         payload = _json_or_none(response.content)
         error = payload.get("error") if isinstance(payload, Mapping) else None
-        detail = _redact(_error_message(error) or _snippet(response.content), key)
+        detail = _redact(_error_detail(error) or _snippet(response.content), key)
         retry_after = parse_retry_after(response.headers)
         if status in (401, 403):
             return self.error(
@@ -317,18 +342,27 @@ class HttpProvider:
         wait = f", retry after {retry_after:g}s" if retry_after is not None else ""
         return self.error(kind, f"{what} (HTTP {status}{wait}): {detail}", retry_after=retry_after)
 
-    def reported_error(self, error: Any, key: str) -> ModelError:
-        """The `ModelError` for an error the server reported inside an answer or a stream."""
+    def reported_error(
+        self, error: Any, key: str, *, usage: tuple[int, int] | None = None
+    ) -> ModelError:
+        """The `ModelError` for an error the server reported inside an answer or a stream.
+
+        A numeric `code` (OpenRouter's errors carry the HTTP status they stand for) maps like
+        that HTTP status: 429 a rate limit, 401/403 auth, 408 a time-out, 5xx a server error,
+        another 4xx a bad request (not retried). A textual `type`/`code` maps by name.
+        """
         codes = _error_codes(error)
+        status = _error_status(error)
         kind = "refusal" if _is_refusal(error) else "server"
-        for code in codes if kind == "server" else ():
+        if kind == "server" and status is not None:
+            kind = _status_kind(status)
+        for code in codes if kind == "server" and status is None else ():
             if code in _REPORTED_KINDS:
                 kind = _REPORTED_KINDS[code]
                 break
-        detail = _redact(_error_message(error) or _snippet(json.dumps(error, default=str)), key)
-        return self.error(
-            kind, f"the server reported {codes[0] if codes else 'an error'}: {detail}"
-        )
+        detail = _redact(_error_detail(error) or _snippet(json.dumps(error, default=str)), key)
+        what = codes[0] if codes else (f"error {status}" if status is not None else "an error")
+        return self.error(kind, f"the server reported {what}: {detail}", usage=usage)
 
 
 def backoff_delay(attempt: int) -> float:
@@ -407,13 +441,66 @@ def _snippet(content: bytes | str) -> str:
     return repr(text[:_DETAIL_CHARS] + ("…" if len(text) > _DETAIL_CHARS else ""))
 
 
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text[:_DETAIL_CHARS] + ("…" if len(text) > _DETAIL_CHARS else "")
+
+
 def _error_message(error: Any) -> str | None:
     if isinstance(error, Mapping) and isinstance(error.get("message"), str):
-        message = " ".join(error["message"].split())
-        return message[:_DETAIL_CHARS] + ("…" if len(message) > _DETAIL_CHARS else "")
+        return _clip(error["message"])
     if isinstance(error, str) and error.strip():
         return error.strip()[:_DETAIL_CHARS]
     return None
+
+
+def _error_detail(error: Any) -> str | None:
+    """The error's message with what the server says behind it (credential keys redacted).
+
+    OpenRouter relays the upstream provider's own error in `metadata.raw` and names that
+    provider in `metadata.provider_name`; its `message` alone is often only "Provider returned
+    error".
+    """
+    message = _error_message(error)
+    metadata = error.get("metadata") if isinstance(error, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        return message
+    metadata = redact(metadata)
+    parts = [message] if message else []
+    provider = metadata.get("provider_name")
+    if isinstance(provider, str) and provider.strip():
+        parts.append(f"provider {provider.strip()!r}")
+    raw = metadata.get("raw")
+    if raw is not None and raw != "":
+        text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
+        parts.append(f"raw: {_clip(text)}")
+    return "; ".join(parts) or None
+
+
+def _error_status(error: Any) -> int | None:
+    """The HTTP status an error body's numeric `code` (or `status`) stands for, if any."""
+    if not isinstance(error, Mapping):
+        return None
+    for field in ("code", "status"):
+        value = error.get(field)
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+            return value
+    return None
+
+
+def _status_kind(status: int) -> str:
+    """The kind of error an HTTP error status stands for."""
+    if status in (401, 403):
+        return "auth"
+    if status == 429:
+        return "rate_limit"
+    if status == 408:
+        return "timeout"
+    if status == 409 or status >= 500:
+        return "server"
+    return "bad_request"
 
 
 def _error_codes(error: Any) -> list[str]:
@@ -424,7 +511,7 @@ def _error_codes(error: Any) -> list[str]:
     values = [error.get("type"), error.get("code")]
     if isinstance(inner, Mapping):
         values.append(inner.get("code"))
-    return [v.lower() for v in values if isinstance(v, str) and v]
+    return [v.lower() for v in values if isinstance(v, str) and v and not v.strip().isdigit()]
 
 
 def _is_refusal(error: Any) -> bool:

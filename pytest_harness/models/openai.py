@@ -61,27 +61,40 @@ class OpenAIProvider(HttpProvider):
         return body
 
     def parse(self, data: Any, request: ModelRequest) -> ModelResponse:
-        """Text, tool calls and usage of the first choice; a refusal raises `ModelError`."""
+        """Text, tool calls and usage of the first choice; a refusal raises `ModelError`.
+
+        `finish_reason: "length"` marks the answer `incomplete` (`max_tokens`). An `error` in
+        the body (OpenRouter reports a failure that happened after the 200 this way, with the
+        usage the attempt cost) raises `ServerReported`.
+        """
         if not isinstance(data, Mapping):
             raise Malformed(f"expected a JSON object, got {type(data).__name__}")
         choices = data.get("choices")
-        if not choices and isinstance(data.get("error"), Mapping | str):
-            raise ServerReported(data["error"])
+        error = data.get("error")
+        if error and isinstance(error, Mapping | str):
+            raise ServerReported(error, billed_usage(data.get("usage")))
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
             raise Malformed("no `choices`")
+        finish = choices[0].get("finish_reason")
+        if finish == "error":
+            error = {"message": "the answer ended with finish_reason 'error'"}
+            raise ServerReported(error, billed_usage(data.get("usage")))
         message = choices[0].get("message")
         if not isinstance(message, Mapping):
             raise Malformed("no `choices[0].message`")
         refusal = message.get("refusal")
-        if refusal or choices[0].get("finish_reason") == "content_filter":
+        if refusal or finish == "content_filter":
             reason = refusal if isinstance(refusal, str) else "content_filter"
             raise self.error("refusal", f"the model refused: {reason[:300]!r}")
         text = message.get("content")
         if text is not None and not isinstance(text, str):
             raise Malformed("`choices[0].message.content` is not a string")
-        calls = tuple(_call(i, c) for i, c in enumerate(message.get("tool_calls") or ()))
+        calls = tuple(_call(i, c) for i, c in enumerate(_list(message, "tool_calls")))
         return ModelResponse(
-            text=text or None, calls=calls, usage=_usage(data, request, text, calls)
+            text=text or None,
+            calls=calls,
+            usage=_usage(data, request, text, calls),
+            incomplete=_TRUNCATED.get(finish) if isinstance(finish, str) else None,
         )
 
     def stream_state(self) -> _Stream:
@@ -89,10 +102,16 @@ class OpenAIProvider(HttpProvider):
         return _Stream()
 
 
+_TRUNCATED = {"length": "max_tokens", "max_tokens": "max_tokens"}
+"""`finish_reason`s of an answer cut at its token limit, by the `incomplete` reason they give."""
+
+
 class _Stream:
     """The chunks of one streamed completion, folded as the non-streamed body would read."""
 
     def __init__(self) -> None:
+        self.chunks = 0
+        self.last = ""
         self.text: list[str] = []
         self.refusal: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
@@ -104,18 +123,22 @@ class _Stream:
         if data.strip() == "[DONE]":
             self.done = True
             return None
+        if self.done:
+            raise Malformed(f"a stream chunk came after `[DONE]`: {data[:200]!r}")
+        self.chunks += 1
+        self.last = data
         try:
             chunk = json.loads(data)
         except ValueError:
-            raise Malformed(f"a stream chunk is not JSON: {data[:200]!r}") from None
+            raise Malformed(f"stream chunk {self.chunks} is not JSON: {data[:200]!r}") from None
         if not isinstance(chunk, Mapping):
-            raise Malformed(f"a stream chunk is not a JSON object: {data[:200]!r}")
+            raise Malformed(f"stream chunk {self.chunks} is not a JSON object: {data[:200]!r}")
         if chunk.get("error"):
-            raise ServerReported(chunk["error"])
+            raise ServerReported(chunk["error"], billed_usage(chunk.get("usage")))
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         delta_text = None
-        for choice in chunk.get("choices") or ():
+        for choice in _list(chunk, "choices"):
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
@@ -126,7 +149,7 @@ class _Stream:
                 self.text.append(delta_text)
             if isinstance(delta.get("refusal"), str):
                 self.refusal.append(delta["refusal"])
-            for piece in delta.get("tool_calls") or ():
+            for piece in _list(delta, "tool_calls"):
                 self._fold_call(piece)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
@@ -150,8 +173,16 @@ class _Stream:
                 slot["function"][field] += function[field]
 
     def body(self) -> Mapping[str, Any]:
-        if not self.done and self.finish_reason is None:
-            raise Malformed("the stream ended before the answer was complete")
+        if not self.done:
+            # Cut before its answer ended (a dropped connection): asking again can help. Ended
+            # but never closed with `[DONE]`: the server breaks the format, and would again.
+            where = f"after {self.chunks} chunks" if self.chunks else "before any chunk"
+            last = f"; the last: {self.last[:200]!r}" if self.last else ""
+            raise Malformed(
+                f"the stream ended without `data: [DONE]`, {where}{last}",
+                cut=self.finish_reason is None,
+                usage=billed_usage(self.usage),
+            )
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
         if self.refusal:
             message["refusal"] = "".join(self.refusal)
@@ -217,10 +248,53 @@ def _usage(
     text: str | None,
     calls: tuple[ProposedCall, ...],
 ) -> TokenUsage:
-    """`prompt_tokens` and `completion_tokens`; estimated when the server reports none."""
-    usage = data.get("usage")
-    if isinstance(usage, Mapping) and isinstance(usage.get("prompt_tokens"), int):
-        output = usage.get("completion_tokens")
-        return TokenUsage(usage["prompt_tokens"], output if isinstance(output, int) else 0)
+    """What the provider bills (`billed_usage`); estimated when the server reports none."""
+    billed = billed_usage(data.get("usage"))
+    if billed is not None:
+        return TokenUsage(*billed)
     answer = (text or "") + "".join(json.dumps(dict(c.args)) for c in calls)
     return TokenUsage(estimate_request_tokens(request), estimate_tokens(answer))
+
+
+def billed_usage(usage: Any) -> tuple[int, int] | None:
+    """`(input, output)` tokens as billed, from a `usage` object; None when it has no input count.
+
+    Input is `prompt_tokens` (or `input_tokens`). Output is `completion_tokens` (or
+    `output_tokens`), plus the reasoning tokens a server reports outside it: when
+    `completion_tokens_details.reasoning_tokens` (or `output_tokens_details`) exceeds the
+    output count, they are added to it; when `total_tokens` exceeds input + output, the excess
+    is counted as output (servers such as Gemini's compatible endpoint bill thinking that way).
+    """
+    if not isinstance(usage, Mapping):
+        return None
+    tokens_in = _int(usage.get("prompt_tokens"), usage.get("input_tokens"))
+    if tokens_in is None:
+        return None
+    tokens_out = _int(usage.get("completion_tokens"), usage.get("output_tokens")) or 0
+    for details in (usage.get("completion_tokens_details"), usage.get("output_tokens_details")):
+        reasoning = _int(details.get("reasoning_tokens")) if isinstance(details, Mapping) else None
+        if reasoning is not None and reasoning > tokens_out:
+            tokens_out += reasoning
+            break
+    total = _int(usage.get("total_tokens"))
+    if total is not None and total > tokens_in + tokens_out:
+        tokens_out = total - tokens_in
+    return tokens_in, tokens_out
+
+
+def _list(holder: Mapping[str, Any], key: str) -> list[Any]:
+    """`holder[key]` as a list (absent or null: empty); `Malformed` when it is something else."""
+    value = holder.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Malformed(f"`{key}` is not a list: {json.dumps(value, default=str)[:200]}")
+    return value
+
+
+def _int(*values: Any) -> int | None:
+    """The first value that is a non-negative int (not a bool)."""
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None

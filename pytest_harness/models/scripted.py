@@ -1,6 +1,7 @@
 """The `scripted` provider: model turns written in advance, for offline runs and tests.
 
-A script is a list of turns (`call`/`calls`/`say`/`usage`/`error`/`delay`), inline in the spec,
+A script is a list of turns (`call`/`calls`/`say`/`usage`/`error`/`delay`, and `incomplete` for an
+answer cut at its token limit), inline in the spec,
 in a YAML file, or given from Python; or a mapping `{match: [{task, input, turns}, ...]}` that
 picks a list of turns by task and input glob. A run's turn is chosen by the number of model
 turns the run has already taken, so a run resumed in another process continues its script.
@@ -45,7 +46,7 @@ class _UsageItem(BaseModel):
     output_tokens: int = Field(0, ge=0)
 
 
-TURN_KEYS = ("call", "args", "calls", "say", "usage", "error", "retry_after", "delay")
+TURN_KEYS = ("call", "args", "calls", "say", "usage", "error", "retry_after", "delay", "incomplete")
 
 
 class ScriptTurn(BaseModel):
@@ -62,6 +63,8 @@ class ScriptTurn(BaseModel):
     retry_after: Duration | None = None
     """With `error`: the wait the simulated server asks for before a retry (`Retry-After`)."""
     delay: Duration = 0.0
+    incomplete: Literal["max_tokens", "context_window"] | None = None
+    """The answer was cut short, as a live provider reports it (see `on_truncation`)."""
 
     @model_validator(mode="after")
     def _one_answer(self) -> ScriptTurn:
@@ -73,6 +76,8 @@ class ScriptTurn(BaseModel):
             raise ValueError("an `error` turn cannot also answer with `say` or tool calls")
         if self.retry_after is not None and self.error is None:
             raise ValueError("`retry_after` belongs to an `error` turn; this turn has no `error`")
+        if self.error is not None and self.incomplete is not None:
+            raise ValueError("an `error` turn has no answer to be `incomplete`")
         if self.error is None and self.call is None and self.calls is None and self.say is None:
             raise ValueError("a turn needs one of `say`, `call`, `calls` or `error`")
         return self
@@ -240,7 +245,7 @@ class ScriptedProvider:
             )
         calls = turn.proposed_calls(request.turn)
         usage = _usage(turn, request, calls)
-        return ModelResponse(text=turn.say, calls=calls, usage=usage)
+        return ModelResponse(text=turn.say, calls=calls, usage=usage, incomplete=turn.incomplete)
 
     def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
         """The turn's `retry_after`, else none: waiting would only slow the tests down."""

@@ -26,14 +26,32 @@ RAW_ARGUMENTS = "_raw_arguments"
 
 
 class Malformed(Exception):
-    """The server's answer does not have the shape its wire format promises."""
+    """The server's answer does not have the shape its wire format promises.
+
+    `cut` is true for a stream that ended before its answer did (the connection dropped): asking
+    again can help, so that one is a retried `server` error; any other malformed answer (a chunk
+    that is not JSON, an unknown content block) would come back the same and is not retried.
+    """
+
+    def __init__(
+        self, message: str, *, cut: bool = False, usage: tuple[int, int] | None = None
+    ) -> None:
+        self.cut = cut
+        self.usage = usage
+        """`(input, output)` tokens, when the malformed answer said what it cost."""
+        super().__init__(message)
 
 
 class ServerReported(Exception):
-    """The server reported an error inside a successful answer or a stream."""
+    """The server reported an error inside a successful answer or a stream.
 
-    def __init__(self, error: Any) -> None:
+    `usage` is `(input_tokens, output_tokens)` when the answer that carried the error also said
+    what it cost (OpenRouter puts usage in the chunk of a mid-stream error): it was billed.
+    """
+
+    def __init__(self, error: Any, usage: tuple[int, int] | None = None) -> None:
         self.error = error
+        self.usage = usage
         super().__init__("error reported by the server")
 
 

@@ -67,13 +67,19 @@ class Tape:
         turn = self.turns[index]
         self.turns_used += 1
         answer = turn.answer
+        usage = answer.get("usage") or {}
         if "error" in answer:
             raise ModelError(
                 str(answer["error"]),
                 str(answer.get("message") or f"recorded {answer['error']} error"),
                 model=request.model,
+                usage=(
+                    (int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)))
+                    if usage
+                    else None
+                ),
             )
-        usage = answer.get("usage") or {}
+        incomplete = answer.get("incomplete")
         return ModelResponse(
             text=answer.get("text"),
             calls=tuple(
@@ -81,6 +87,9 @@ class Tape:
                 for c in answer.get("calls") or ()
             ),
             usage=TokenUsage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))),
+            # sent back with the assistant turn exactly as recorded; not part of any decision
+            thinking=tuple(dict(b) for b in answer.get("thinking") or ()),
+            incomplete=str(incomplete) if incomplete else None,
         )
 
     def tool_result(self, name: str, args: Mapping[str, Any]) -> ToolOutcome:

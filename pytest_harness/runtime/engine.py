@@ -77,7 +77,14 @@ from pytest_harness.runtime.retrying import (
 from pytest_harness.runtime.rules import evaluate_rules
 from pytest_harness.runtime.state import RunState, call_approvals, result_from_state
 from pytest_harness.runtime.trace import Decision
-from pytest_harness.spec.schema import Effect, ReplayPolicy
+from pytest_harness.runtime.truncation import (
+    CONTINUE_PROMPT,
+    MAX_CONTINUATIONS,
+    continuations,
+    joined_output,
+    truncation_error,
+)
+from pytest_harness.spec.schema import Effect, OnTruncation, ReplayPolicy
 from pytest_harness.store.base import ApprovalRow, EventDraft, NewApproval, RunRecord, Store
 from pytest_harness.tools.context import ToolContext
 
@@ -116,8 +123,12 @@ def args_digest(args: Mapping[str, Any]) -> str:
 
 
 def _answer(response: ModelResponse) -> dict[str, Any]:
-    """A model answer as a recording keeps it."""
-    return {
+    """A model answer as a recording keeps it.
+
+    `thinking` (the provider's reasoning blocks, sent back unchanged in later requests) and
+    `incomplete` (why the answer was cut) appear only when the answer has them.
+    """
+    answer: dict[str, Any] = {
         "text": response.text,
         "calls": [{"id": c.id, "name": c.name, "args": dict(c.args)} for c in response.calls],
         "usage": {
@@ -125,9 +136,14 @@ def _answer(response: ModelResponse) -> dict[str, Any]:
             "output_tokens": response.usage.output_tokens,
         },
     }
+    if response.thinking:
+        answer["thinking"] = [dict(block) for block in response.thinking]
+    if response.incomplete:
+        answer["incomplete"] = response.incomplete
+    return answer
 
 
-_UNKNOWN_CHARGE = frozenset({"server", "timeout"})
+_UNKNOWN_CHARGE = frozenset({"server", "timeout", "malformed"})
 """Failed attempts the provider may have charged for: the run's usage is then incomplete."""
 
 
@@ -293,22 +309,32 @@ class Driver:
             return await self._end(
                 RunStatus.FAILED, error={"type": type(exc).__name__, "message": str(exc)}
             )
-        usage = response.usage
-        price = link.spec.price
-        state.tokens_in += usage.input_tokens
-        state.tokens_out += usage.output_tokens
-        state.usd += (
-            usage.input_tokens * price.input_per_mtok + usage.output_tokens * price.output_per_mtok
-        ) / 1_000_000
+        self._spend(link, response.usage.input_tokens, response.usage.output_tokens)
         state.steps += 1
         step = state.steps
         calls = [{"name": c.name, "args": dict(c.args)} for c in response.calls]
-        self._decide(Decision(step, "model", link.name, {"text": response.text, "calls": calls}))
+        detail: dict[str, Any] = {"text": response.text, "calls": calls}
+        if response.incomplete:
+            detail["incomplete"] = response.incomplete
+            state.truncated += 1
+        self._decide(Decision(step, "model", link.name, detail))
         spent_tokens = state.tokens_in + state.tokens_out
         if budget.tokens is not None and spent_tokens > budget.tokens:
             return await self._limit("tokens", budget.tokens, spent_tokens)
         if budget.usd is not None and state.usd > budget.usd:
             return await self._limit("usd", budget.usd, round(state.usd, 6))
+        cut, go_on = response.incomplete is not None, False
+        if cut and link.spec.on_truncation is not OnTruncation.ACCEPT:
+            continued = len(continuations(state.messages))
+            go_on = link.spec.on_truncation is OnTruncation.CONTINUE and (
+                response.incomplete == "max_tokens"  # a full context window would stay full
+            )
+            if not go_on or (not response.calls and continued >= MAX_CONTINUATIONS):
+                error = truncation_error(link.name, response, continued=continued)
+                return await self._end(
+                    RunStatus.FAILED, error={"type": type(error).__name__, "message": str(error)}
+                )
+            go_on = not response.calls  # a cut answer with calls goes on with its calls
         text = response.text
         if text:
             outcome = apply_guards(self.plan.guards, text, self._guard_context("output"), step=step)
@@ -323,11 +349,26 @@ class Driver:
             message["tool_calls"] = [
                 {"id": c.id, "name": c.name, "args": dict(c.args)} for c in response.calls
             ]
+        if response.thinking:
+            message["thinking"] = [dict(block) for block in response.thinking]
+        output = joined_output(state.messages, text or "")
         state.messages.append(message)
+        if go_on:
+            state.messages.append({"role": "user", "content": CONTINUE_PROMPT})
+            return None  # the next model step continues the answer
         if not response.calls:
-            state.output = text or ""
+            state.output = output
             return await self._end(RunStatus.COMPLETED)
         return await self._plan_calls(response, step)
+
+    def _spend(self, link: ModelLink, tokens_in: int, tokens_out: int) -> None:
+        """Count tokens an attempt cost, and their price, against the run."""
+        state, price = self.state, link.spec.price
+        state.tokens_in += tokens_in
+        state.tokens_out += tokens_out
+        state.usd += (
+            tokens_in * price.input_per_mtok + tokens_out * price.output_per_mtok
+        ) / 1_000_000
 
     async def _ask_models(self) -> tuple[ModelLink, ModelResponse]:
         """Ask the task's model, retrying and then falling back; every attempt is a turn.
@@ -406,9 +447,13 @@ class Driver:
                 response = await self._timed_attempt(link, request, arrived)
         except ModelError as exc:
             state.turns[link.name] = request.turn + 1
-            self._record_turn(link, request, {"error": exc.kind, "message": str(exc)})
+            failed: dict[str, Any] = {"error": exc.kind, "message": str(exc)}
+            if exc.usage is not None:  # the failed answer said what it cost: count it
+                self._spend(link, *exc.usage)
+                failed["usage"] = {"input_tokens": exc.usage[0], "output_tokens": exc.usage[1]}
+            self._record_turn(link, request, failed)
             self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
-            if exc.kind in _UNKNOWN_CHARGE:
+            if exc.kind in _UNKNOWN_CHARGE and exc.usage is None:
                 state.usage_incomplete = True
             if self._streamed == request.attempt_id:
                 self._reset = "retry"  # its text was streamed: the next attempt replaces it

@@ -76,7 +76,9 @@ class Usage:
     """What a run spent: tokens, dollars (from the model's price), model steps and tool calls.
 
     `incomplete` is true when a model attempt failed after the provider may have charged for
-    it (a server error, a time-out): the figures then count less than was spent.
+    it (a server error, a time-out): the figures then count less than was spent. `truncated`
+    counts the model answers cut at their token limit (each one's model decision says
+    `incomplete`), whatever the model's `on_truncation` made of them.
     """
 
     tokens_in: int = 0
@@ -85,6 +87,7 @@ class Usage:
     steps: int = 0
     tool_calls: int = 0
     incomplete: bool = False
+    truncated: int = 0
 
     @property
     def tokens(self) -> int:
@@ -92,7 +95,7 @@ class Usage:
         return self.tokens_in + self.tokens_out
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (`incomplete` only when true, so complete usage reads as before)."""
+        """The JSON form (`incomplete`, `truncated` only when set: plain usage reads as before)."""
         data: dict[str, Any] = {
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
@@ -102,6 +105,8 @@ class Usage:
         }
         if self.incomplete:
             data["incomplete"] = True
+        if self.truncated:
+            data["truncated"] = self.truncated
         return data
 
     @classmethod
@@ -114,6 +119,7 @@ class Usage:
             steps=int(data.get("steps", 0)),
             tool_calls=int(data.get("tool_calls", 0)),
             incomplete=bool(data.get("incomplete", False)),
+            truncated=int(data.get("truncated", 0)),
         )
 
 

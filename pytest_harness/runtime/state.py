@@ -49,6 +49,8 @@ class RunState:
     tool_calls: int = 0
     usage_incomplete: bool = False
     """A model attempt failed after it may have been charged (a server error, a time-out)."""
+    truncated: int = 0
+    """Model answers cut at their token limit (`incomplete`), whatever `on_truncation` did."""
     elapsed: float = 0.0
     """Active seconds spent, counted against the deadline; waiting for a person is not."""
     clocks: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -107,6 +109,7 @@ class RunState:
             steps=int(usage.get("steps", 0)),
             tool_calls=int(usage.get("tool_calls", 0)),
             usage_incomplete=bool(usage.get("incomplete", False)),
+            truncated=int(usage.get("truncated", 0)),
             elapsed=float(data.get("elapsed", 0.0)),
             clocks={str(k): dict(v) for k, v in (data.get("clocks") or {}).items()},
             waiting=dict(data["waiting"]) if data.get("waiting") else None,
@@ -127,6 +130,7 @@ class RunState:
             steps=self.steps,
             tool_calls=self.tool_calls,
             incomplete=self.usage_incomplete,
+            truncated=self.truncated,
         )
 
     def spent(self) -> dict[str, Any]:

@@ -693,15 +693,21 @@ def _program(
 
 
 def _digest(document: SpecDocument, baseline: _BaselineDocument) -> str:
-    """sha256 of the effective document (environments left out) and the baseline's items."""
+    """sha256 of the effective document (environments and evals left out) and the baseline's items.
+
+    Values equal to their defaults are left out, so a new optional key (with its default) does
+    not change the digest of the specs that do not set it.
+    """
+
+    def dump(model: BaseModel, exclude: set[str] | None = None) -> Any:
+        return model.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=exclude)
+
     payload = {
         # graders never change what a run does, so editing them does not change the digest
-        "document": document.model_dump(
-            mode="json", by_alias=True, exclude={"environments", "evals"}
-        ),
+        "document": dump(document, {"environments", "evals"}),
         "baseline": {
-            "rules": [r.model_dump(mode="json", by_alias=True) for r in baseline.rules],
-            "guards": [g.model_dump(mode="json", by_alias=True) for g in baseline.guards],
+            "rules": [dump(r) for r in baseline.rules],
+            "guards": [dump(g) for g in baseline.guards],
         },
     }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

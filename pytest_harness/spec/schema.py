@@ -26,6 +26,7 @@ __all__ = [
     "GuardSpec",
     "GuardTarget",
     "ModelSpec",
+    "OnTruncation",
     "OnlineEvalsSpec",
     "PositiveDuration",
     "Price",
@@ -80,6 +81,17 @@ DEFAULT_RETRY_BUDGET = 300.0
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OnTruncation(str, Enum):
+    """What a run does with a model answer cut at its output token limit."""
+
+    FAIL = "fail"
+    """End the run `failed` with `ModelTruncated` (the default)."""
+    CONTINUE = "continue"
+    """Ask the model to continue where it stopped; the pieces of text are joined."""
+    ACCEPT = "accept"
+    """Use the answer as it is; the model decision and the usage still say it was cut."""
 
 
 class ReplayPolicy(str, Enum):
@@ -143,7 +155,9 @@ class ModelSpec(_Strict):
     call: str | None = None
     """`function`: `module:function` called with each `ModelRequest`."""
     options: dict[str, Any] = {}
-    """Provider-specific settings for plugin providers."""
+    """Extra request fields for live providers (`max_tokens`, `temperature`, …); plugin settings."""
+    on_truncation: OnTruncation = OnTruncation.FAIL
+    """What a run does with an answer cut at its token limit: `fail`, `continue` or `accept`."""
 
 
 class ToolSpec(_Strict):

@@ -1,8 +1,8 @@
 """The live providers against a real HTTP server on 127.0.0.1 that speaks both wire formats.
 
-The server is a minimal HTTP/1.1 server on asyncio: each request gets the next queued reply
-(JSON, a raw body, or SSE chunks), optionally after a delay; every request it received is kept
-for the tests to inspect. No traffic leaves the loopback interface.
+The server (`conftest.ModelServer`) answers each request with the next queued reply; no traffic
+leaves the loopback interface. `test_wire_shapes.py` has the answers shaped after the providers'
+API references (thinking blocks, errors inside a 200, truncation, reasoning usage).
 """
 
 from __future__ import annotations
@@ -14,376 +14,41 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from typing import Any
 
 import pytest
-import pytest_asyncio
 
 import pytest_harness as ph
 from pytest_harness.errors import LiveModelBlocked, ModelError, SpecError
-from pytest_harness.models.anthropic import AnthropicProvider
 from pytest_harness.models.base import (
-    ModelRequest,
     ModelResponse,
     ProposedCall,
     TokenUsage,
-    ToolSchema,
 )
 from pytest_harness.models.http import BACKOFF_CAP, HttpProvider, backoff_delay, parse_retry_after
-from pytest_harness.models.openai import OpenAIProvider
 from pytest_harness.models.wire import iter_sse, parse_arguments
 
+from .conftest import (
+    ANTHROPIC,
+    CONVERSATION,
+    KEY,
+    KEY_ENV,
+    LOOKUP,
+    OPENAI,
+    WIRES,
+    ModelServer,
+    Reply,
+    Wire,
+    anthropic_body,
+    anthropic_stream,
+    fails,
+    openai_body,
+    request,
+)
+
 pytestmark = [pytest.mark.asyncio, pytest.mark.harness(allow_live=True)]
-
-KEY = f"sk-test-{uuid.uuid4().hex}"
-KEY_ENV = "PH_TEST_MODEL_KEY"
-
-
-# -- the server ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    """One answer of the server: `json`, `raw` bytes, or `sse` chunks, after `delay` seconds.
-
-    `echo` replaces `$AUTH` in `raw` with the credential header the request carried; `hold`
-    (with `hold_after`) pauses the SSE stream after that many chunks until the event is set.
-    """
-
-    status: int = 200
-    json: Any = None
-    raw: bytes | None = None
-    sse: list[str] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-    echo: bool = False
-    hold: asyncio.Event | None = None
-    hold_after: int = 1
-
-
-@dataclass
-class Received:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-class ModelServer:
-    """Answers each request with the next queued `Reply`; keeps what it received."""
-
-    def __init__(self) -> None:
-        self.replies: deque[Reply] = deque()
-        self.received: list[Received] = []
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def reply(self, *replies: Reply) -> None:
-        self.replies.extend(replies)
-
-    async def close(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)
-        try:
-            await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            self.tasks.discard(task)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        method, path, _ = (await reader.readline()).decode().split(" ", 2)
-        headers: dict[str, str] = {}
-        while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-            name, _, value = line.decode().partition(":")
-            headers[name.strip().lower()] = value.strip()
-        raw_body = await reader.readexactly(int(headers.get("content-length", "0")))
-        self.received.append(
-            Received(method, path, headers, json.loads(raw_body) if raw_body else None)
-        )
-        reply = (
-            self.replies.popleft()
-            if self.replies
-            else Reply(500, json={"error": {"message": "the test queued no reply"}})
-        )
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
-        head = [f"HTTP/1.1 {reply.status} X", "Connection: close"]
-        head += [f"{k}: {v}" for k, v in reply.headers.items()]
-        if reply.sse is not None:
-            head += ["Content-Type: text/event-stream", "Transfer-Encoding: chunked"]
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
-            for i, chunk in enumerate(reply.sse):
-                if reply.hold is not None and i == reply.hold_after:
-                    await asyncio.wait_for(reply.hold.wait(), 2)
-                data = chunk.encode()
-                writer.write(b"%x\r\n%s\r\n" % (len(data), data))
-                await writer.drain()
-            writer.write(b"0\r\n\r\n")
-        else:
-            if reply.raw is not None:
-                content = reply.raw
-                if reply.echo:
-                    auth = headers.get("authorization") or headers.get("x-api-key") or ""
-                    content = content.replace(b"$AUTH", auth.encode())
-            else:
-                content = json.dumps(reply.json).encode()
-                head.append("Content-Type: application/json")
-            head.append(f"Content-Length: {len(content)}")
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + content)
-        await writer.drain()
-
-
-@pytest_asyncio.fixture
-async def server() -> AsyncIterator[ModelServer]:
-    srv = ModelServer()
-    await srv.start()
-    yield srv
-    await srv.close()
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The key in the environment; no proxy between the client and the loopback server."""
-    monkeypatch.setenv(KEY_ENV, KEY)
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
-# -- the two wire formats, as the tests write them ----------------------------------------------
-
-Call = tuple[str, str, str]
-"""(id, name, JSON arguments as the model writes them)."""
-
-
-def openai_body(text: str | None, calls: tuple[Call, ...] = (), usage=(12, 5)) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-    if calls:
-        message["tool_calls"] = [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-            for i, n, a in calls
-        ]
-    finish = "tool_calls" if calls else "stop"
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {
-            "prompt_tokens": usage[0],
-            "completion_tokens": usage[1],
-            "total_tokens": sum(usage),
-        },
-    }
-
-
-def openai_stream(
-    pieces: tuple[str, ...], calls: tuple[Call, ...] = (), usage=(12, 5)
-) -> list[str]:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {
-            "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": p}) for p in pieces]
-    for index, (call_id, name, args) in enumerate(calls):
-        start = {"index": index, "id": call_id, "type": "function"}
-        chunks.append(
-            chunk({"tool_calls": [{**start, "function": {"name": name, "arguments": ""}}]})
-        )
-        half = len(args) // 2
-        for part in (args[:half], args[half:]):
-            chunks.append(
-                chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
-            )
-    chunks.append(chunk({}, "tool_calls" if calls else "stop"))
-    chunks.append(
-        {
-            "object": "chat.completion.chunk",
-            "choices": [],
-            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1]},
-        }
-    )
-    return [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
-
-
-def anthropic_body(
-    text: str | None, calls: tuple[Call, ...] = (), usage=(20, 7), stop: str | None = None
-) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    content += [
-        {"type": "tool_use", "id": i, "name": n, "input": json.loads(a)} for i, n, a in calls
-    ]
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-test",
-        "content": content,
-        "stop_reason": stop or ("tool_use" if calls else "end_turn"),
-        "stop_sequence": None,
-        "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
-    }
-
-
-def anthropic_stream(
-    pieces: tuple[str, ...], calls: tuple[Call, ...] = (), usage=(20, 7), stop: str | None = None
-) -> list[str]:
-    start = anthropic_body(None, usage=(usage[0], 1))
-    start.update(content=[], stop_reason=None)
-    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
-    index = 0
-    if pieces:
-        events.append(
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            }
-        )
-        events.append({"type": "ping"})
-        events += [
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
-            for p in pieces
-        ]
-        events.append({"type": "content_block_stop", "index": 0})
-        index = 1
-    for offset, (call_id, name, args) in enumerate(calls):
-        i = index + offset
-        block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
-        events.append({"type": "content_block_start", "index": i, "content_block": block})
-        half = len(args) // 2
-        events += [
-            {
-                "type": "content_block_delta",
-                "index": i,
-                "delta": {"type": "input_json_delta", "partial_json": part},
-            }
-            for part in (args[:half], args[half:])
-        ]
-        events.append({"type": "content_block_stop", "index": i})
-    reason = stop or ("tool_use" if calls else "end_turn")
-    events.append(
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": reason, "stop_sequence": None},
-            "usage": {"output_tokens": usage[1]},
-        }
-    )
-    events.append({"type": "message_stop"})
-    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events]
-
-
-@dataclass(frozen=True)
-class Wire:
-    """One provider's wire format, so a test can run against both."""
-
-    name: str
-    provider: type[HttpProvider]
-    path: str
-    suffix: str
-    body: Callable[..., dict[str, Any]]
-    stream: Callable[..., list[str]]
-    usage: tuple[int, int]
-
-    def make(self, server: ModelServer, **settings: Any) -> HttpProvider:
-        settings.setdefault("timeout", 5.0)
-        return self.provider(
-            model="test-model",
-            model_name="default",
-            base_url=server.url + self.suffix,
-            api_key_env=KEY_ENV,
-            **settings,
-        )
-
-    def error_event(self, error: dict[str, Any]) -> list[str]:
-        if self.name == "openai":
-            return [*openai_stream(("Hel",))[:2], f"data: {json.dumps({'error': error})}\n\n"]
-        first = anthropic_stream(("Hel",))[:2]
-        return [*first, f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n"]
-
-
-OPENAI = Wire(
-    "openai", OpenAIProvider, "/v1/chat/completions", "/v1", openai_body, openai_stream, (12, 5)
-)
-ANTHROPIC = Wire(
-    "anthropic", AnthropicProvider, "/v1/messages", "", anthropic_body, anthropic_stream, (20, 7)
-)
-WIRES = pytest.mark.parametrize("wire", [OPENAI, ANTHROPIC], ids=["openai", "anthropic"])
-
-LOOKUP = ToolSchema(
-    "lookup_order",
-    "Look an order up.",
-    {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
-)
-CONVERSATION = (
-    {"role": "user", "content": "Refund A-1 and A-2"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": "call_1", "name": "lookup_order", "args": {"order_id": "A-1"}},
-            {"id": "call_2", "name": "lookup_order", "args": {"order_id": "A-2"}},
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_1", "name": "lookup_order", "content": '{"total": 250}'},
-    {"role": "tool", "tool_call_id": "call_2", "name": "lookup_order", "content": '{"total": 10}'},
-)
-
-
-def request(
-    messages: tuple[Any, ...] = ({"role": "user", "content": "hi"},),
-    *,
-    tools: tuple[ToolSchema, ...] = (),
-    on_text: Callable[[str], None] | None = None,
-    on_first_event: Callable[[], None] | None = None,
-) -> ModelRequest:
-    return ModelRequest(
-        task="orders",
-        model="default",
-        system="You are the order desk.",
-        messages=messages,
-        tools=tools,
-        run_id="run_test",
-        turn=0,
-        input="hi",
-        on_text=on_text,
-        on_first_event=on_first_event,
-    )
-
-
-async def fails(provider: HttpProvider, req: ModelRequest | None = None) -> ModelError:
-    with pytest.raises(ModelError) as info:
-        await provider.complete(req or request())
-    return info.value
 
 
 # -- requests and answers -------------------------------------------------------------------------
@@ -449,7 +114,7 @@ async def test_anthropic_maps_system_turns_tool_use_results_and_tools(server) ->
     assert "authorization" not in got.headers
     assert got.body == {
         "model": "test-model",
-        "max_tokens": 1024,
+        "max_tokens": 512,
         "system": "You are the order desk.",
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "Refund A-1 and A-2"}]},
@@ -597,16 +262,15 @@ async def test_text_deltas_arrive_before_the_stream_ends(wire: Wire, server) -> 
 
 
 @WIRES
-async def test_a_stream_that_stops_early_or_carries_garbage_is_a_server_error(
-    wire: Wire, server
-) -> None:
+async def test_a_stream_cut_short_is_retried_garbage_in_a_stream_is_not(wire: Wire, server) -> None:
     full = wire.stream(("a", "b"))
     server.reply(Reply(sse=full[:3]), Reply(sse=[full[0], "data: {not json\n\n"]))
     provider = wire.make(server)
     early = await fails(provider, request(on_text=lambda _: None))
-    assert early.kind == "server" and "ended before" in str(early)
+    assert early.kind == "server" and early.retryable and "stream ended" in str(early)
     garbage = await fails(provider, request(on_text=lambda _: None))
-    assert garbage.kind == "server" and "not JSON" in str(garbage) and "{not json" in str(garbage)
+    assert garbage.kind == "malformed" and not garbage.retryable
+    assert "not JSON" in str(garbage) and "{not json" in str(garbage)
 
 
 @WIRES
@@ -678,23 +342,28 @@ async def test_an_unreachable_server_is_a_retryable_timeout(wire: Wire) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     provider = wire.provider(
-        model="m", base_url=f"http://127.0.0.1:{port}", api_key_env=KEY_ENV, timeout=1.0
+        model="m",
+        base_url=f"http://127.0.0.1:{port}",
+        api_key_env=KEY_ENV,
+        timeout=1.0,
+        options={"max_tokens": 16},
     )
     error = await fails(provider)
     assert error.kind == "timeout" and "could not reach the server" in str(error)
 
 
 @WIRES
-async def test_malformed_bodies_are_server_errors_naming_what_is_wrong(wire: Wire, server) -> None:
+async def test_malformed_bodies_are_not_retried_and_name_what_is_wrong(wire: Wire, server) -> None:
     server.reply(Reply(raw=b"<html>oops</html>"), Reply(json={"id": "x"}), Reply(json=[1, 2]))
     provider = wire.make(server)
     not_json = await fails(provider)
-    assert not_json.kind == "server" and "not JSON" in str(not_json) and "oops" in str(not_json)
+    assert not_json.kind == "malformed" and not not_json.retryable
+    assert "not JSON" in str(not_json) and "oops" in str(not_json)
     missing = await fails(provider)
     what = "`choices`" if wire is OPENAI else "`content`"
-    assert missing.kind == "server" and what in str(missing)
+    assert missing.kind == "malformed" and what in str(missing)
     wrong = await fails(provider)
-    assert wrong.kind == "server" and "expected a JSON object, got list" in str(wrong)
+    assert wrong.kind == "malformed" and "expected a JSON object, got list" in str(wrong)
 
 
 @WIRES
@@ -718,7 +387,7 @@ async def test_a_missing_key_is_an_error_at_the_first_call_naming_the_variable(
     assert error.kind == "auth" and not error.retryable and KEY_ENV in str(error)
     assert server.received == []
     monkeypatch.delenv(KEY_ENV)
-    default = wire.provider(model="m", base_url=server.url)
+    default = wire.provider(model="m", base_url=server.url, options={"max_tokens": 16})
     assert default.api_key_env in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
     monkeypatch.delenv(default.api_key_env, raising=False)
     assert default.api_key_env in str(await fails(default))
@@ -789,7 +458,7 @@ async def test_the_key_never_appears_in_errors_or_logs(wire: Wire, server, caplo
         "auth",
         "server",
         "bad_request",
-        "server",
+        "malformed",
         "server",
         "timeout",
     ]
@@ -923,7 +592,12 @@ async def test_a_run_retries_after_429_honouring_retry_after(app, server, delays
         server,
         f"""
   default:
-    {{use: anthropic, model: claude-test, base_url: $URL, api_key_env: {KEY_ENV}, retries: 2}}
+    use: anthropic
+    model: claude-test
+    base_url: $URL
+    api_key_env: {KEY_ENV}
+    retries: 2
+    options: {{max_tokens: 512}}
 """,
     )
     limited = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
@@ -958,6 +632,7 @@ async def test_a_run_falls_back_to_the_next_model_when_retries_run_out(app, serv
     base_url: $URL
     api_key_env: {KEY_ENV}
     retries: 0
+    options: {{max_tokens: 512}}
     price: {{input_per_mtok: 1.0, output_per_mtok: 5.0}}
 """,
     )
@@ -985,7 +660,12 @@ async def test_live_calls_are_blocked_naming_the_provider(app, server) -> None:
         app,
         server,
         f"""
-  default: {{use: anthropic, model: claude-test, base_url: $URL, api_key_env: {KEY_ENV}}}
+  default:
+    use: anthropic
+    model: claude-test
+    base_url: $URL
+    api_key_env: {KEY_ENV}
+    options: {{max_tokens: 512}}
 """,
     )
     async with ph.load(app.spec) as harness:

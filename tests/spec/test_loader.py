@@ -826,6 +826,19 @@ def test_digest_ignores_environments_that_do_not_change_the_effective_doc() -> N
     assert digest_of(with_envs, env="other") != plain
 
 
+def test_digest_leaves_out_values_equal_to_their_defaults() -> None:
+    """A key written at its default (or a new optional key) does not change the digest."""
+    plain = digest_of(MINIMAL)
+    explicit = edit(
+        MINIMAL, "use: scripted", "use: scripted\n    on_truncation: fail\n    retries: 2"
+    )
+    assert digest_of(explicit) == plain
+    assert (
+        digest_of(edit(MINIMAL, "use: scripted", "use: scripted\n    on_truncation: accept"))
+        != plain
+    )
+
+
 def test_digest_changes_with_content_and_baseline() -> None:
     plain = digest_of(SPEC)
     assert digest_of(edit(SPEC, "Look orders up", "Look orders up first")) != plain
