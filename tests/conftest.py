@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 import uuid
@@ -111,3 +112,45 @@ def write_file(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+PG_DSN = os.environ.get("HARNESS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+"""The server the postgres tests use (DESIGN §13: the machine's PostgreSQL, trust auth)."""
+
+
+def _postgres_unavailable() -> str | None:
+    """Why the postgres tests cannot run here, or None when the server answers."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        return f"psycopg is not installed ({exc}); pip install -e '.[test]'"
+    try:
+        with psycopg.connect(PG_DSN, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return f"PostgreSQL at {PG_DSN} is unreachable: {str(exc).strip()}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> str:
+    """The test server's DSN; skips when it is unreachable, but FAILS when `$CI` is set."""
+    reason = _postgres_unavailable()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI is set: the postgres tests must run, never skip)")
+        pytest.skip(reason)
+    return PG_DSN
+
+
+@pytest.fixture
+def pg_schema(pg_dsn: str) -> Iterator[str]:
+    """A fresh schema name for this test; the schema is dropped afterwards."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:20]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())

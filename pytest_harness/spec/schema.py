@@ -28,6 +28,7 @@ __all__ = [
     "ModelSpec",
     "OnTruncation",
     "OnlineEvalsSpec",
+    "PoolSpec",
     "PositiveDuration",
     "Price",
     "ReplayPolicy",
@@ -229,12 +230,26 @@ class TaskSpec(_Strict):
     labels: dict[str, str] = {}
 
 
+class PoolSpec(_Strict):
+    """The connection pool of a server store (`state.pool`): at least `min`, at most `max`."""
+
+    min: int = Field(default=1, ge=0)
+    max: int = Field(default=10, ge=1)
+
+
 class StateSpec(_Strict):
-    """Where runs are kept."""
+    """Where runs are kept.
+
+    `path`, `synchronous` and `busy_timeout` are sqlite's; `dsn_env`, `schema` and `pool` are
+    postgres's (the DSN itself is read from the environment variable `dsn_env`, never from the
+    spec). `lease` is every durable store's.
+    """
 
     use: str = "memory"
     path: str = ".harness/state.db"
-    dsn: str | None = None
+    dsn_env: str = "DATABASE_URL"
+    schema_name: str = Field(default="harness", alias="schema")
+    pool: PoolSpec = PoolSpec()
     record: bool = False
     lease: Duration = 30.0
     synchronous: Literal["full", "normal"] = "full"

@@ -27,19 +27,24 @@ from pytest_harness.store.base import Sample
 
 pytestmark = pytest.mark.asyncio
 
-STORES = ["memory", "sqlite-full", "sqlite-normal"]
+STORES = ["memory", "sqlite-full", "sqlite-normal", "postgres"]
 
 
-def make_store(kind: str, folder: Path) -> Store:
+def make_store(kind: str, folder: Path, request: pytest.FixtureRequest) -> Store:
     if kind == "memory":
         return MemoryStore()
+    if kind == "postgres":
+        from pytest_harness.postgres import PostgresStore
+
+        dsn = request.getfixturevalue("pg_dsn")
+        return PostgresStore(dsn, schema=request.getfixturevalue("pg_schema"), pool_max=4)
     synchronous: Literal["full", "normal"] = "full" if kind == "sqlite-full" else "normal"
     return SQLiteStore(folder / "state.db", synchronous=synchronous)
 
 
 @pytest_asyncio.fixture(params=STORES)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made = make_store(request.param, tmp_path)
+    made = make_store(request.param, tmp_path, request)
     await made.open()
     try:
         yield made
@@ -903,8 +908,10 @@ async def test_closed_store_refuses_calls_until_opened_again(store: Store) -> No
 
 
 @pytest.mark.parametrize("kind", STORES)
-async def test_store_opens_on_first_use(kind: str, tmp_path: Path) -> None:
-    store = make_store(kind, tmp_path)
+async def test_store_opens_on_first_use(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store = make_store(kind, tmp_path, request)
     assert isinstance(store, Store)
     assert store.kind == kind.split("-")[0]
     try:

@@ -1,0 +1,130 @@
+"""The SQL statements of the Postgres store, one per write (DESIGN §13).
+
+Every write is one statement, so it is atomic on its own and one round trip. The writes that
+add events (`_COMMIT`, `_CREATE`, `_DECIDE`) touch the run's row before they draw event ids
+from the sequence: the row lock serializes the event writers of one run, so its events become
+visible in cursor order and a reader after a cursor never skips one that commits later. Each
+of them also calls `pg_notify(channel, run_id)`, which Postgres delivers at commit, so a stream
+in another process learns of new events without polling.
+
+`commit` is fenced in its own `WHERE`: `UPDATE runs … WHERE run_id = … AND lease_token = …`;
+its events and approval requests are inserted by data-modifying CTEs that read the updated row,
+so a stale token updates no row and inserts nothing. Events and approvals travel as JSON arrays
+(`json`, not `jsonb`, so payload text comes back exactly as written).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACQUIRE",
+    "APPROVAL",
+    "CLAIM",
+    "COMMIT",
+    "CONTROL",
+    "CREATE",
+    "DECIDE",
+    "EXPIRED",
+    "RELEASE",
+    "RENEW",
+    "RUN",
+]
+
+RUN = (
+    "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
+    "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control"
+)
+APPROVAL = (
+    "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
+    "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"
+)
+
+_EVENTS_OF = (
+    "ROWS FROM (json_to_recordset(%(events)s::json) AS (kind text, data json)) "
+    "WITH ORDINALITY AS e(kind, data, ord)"
+)
+
+CREATE = (
+    "WITH ins AS ("
+    "INSERT INTO runs (run_id, session_id, task, tenant, tenant_key, principal, input, labels, "
+    "idempotency_key, status, state, created_at, updated_at, lease_owner, lease_token, "
+    "lease_expires) VALUES (%(run_id)s, %(session_id)s, %(task)s, %(tenant)s, %(tenant_key)s, "
+    "%(principal)s, %(input)s, %(labels)s, %(idempotency_key)s, %(status)s, %(state)s, "
+    "%(now)s, %(now)s, %(owner)s, %(token)s, %(expires)s) "
+    "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING run_id, updated_at), "
+    "ev AS (INSERT INTO events (run_id, kind, data, at) "
+    f"SELECT ins.run_id, e.kind, e.data::text, ins.updated_at FROM ins, {_EVENTS_OF} "
+    "ORDER BY e.ord) "
+    "SELECT run_id FROM ins"
+)
+
+COMMIT = (
+    "WITH upd AS ("
+    "UPDATE runs SET status = %(status)s, state = %(state)s, updated_at = %(now)s, "
+    "lease_expires = CASE WHEN %(release)s THEN NULL "
+    "WHEN %(expires)s::float8 IS NULL OR lease_owner IS NULL THEN lease_expires "
+    "ELSE %(expires)s::float8 END, "
+    "lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END, "
+    "control = CASE WHEN control = %(clear_control)s THEN NULL ELSE control END "
+    "WHERE run_id = %(run_id)s AND lease_token = %(token)s "
+    "RETURNING run_id, control, updated_at), "
+    "ev AS (INSERT INTO events (run_id, kind, data, at) "
+    f"SELECT upd.run_id, e.kind, e.data::text, upd.updated_at FROM upd, {_EVENTS_OF} "
+    "ORDER BY e.ord), "
+    "ap AS (INSERT INTO approvals (approval_id, run_id, execution_key, args_digest, tool, args, "
+    "rule_id, approvers, requested_by, self_approve, requested_at) "
+    "SELECT a.approval_id, upd.run_id, a.execution_key, a.args_digest, a.tool, a.args::text, "
+    "a.rule_id, a.approvers::text, a.requested_by, a.self_approve, upd.updated_at "
+    "FROM upd, ROWS FROM (json_to_recordset(%(approvals)s::json) AS (approval_id text, "
+    "execution_key text, args_digest text, tool text, args json, rule_id text, approvers json, "
+    "requested_by text, self_approve boolean)) WITH ORDINALITY AS a(approval_id, "
+    "execution_key, args_digest, tool, args, rule_id, approvers, requested_by, self_approve, "
+    "ord) ORDER BY a.ord) "
+    "SELECT control, pg_notify(%(channel)s, run_id) FROM upd"
+)
+
+CONTROL = (
+    "UPDATE runs SET control = CASE WHEN control = 'cancel' THEN 'cancel' ELSE %(control)s END, "
+    "updated_at = %(now)s WHERE run_id = %(run_id)s AND status = ANY(%(wanted)s) "
+    f"RETURNING {RUN}"
+)
+
+ACQUIRE = (
+    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = %(owner)s, "
+    "lease_expires = %(expires)s WHERE run_id = %(run_id)s AND (lease_owner IS NULL "
+    "OR lease_owner = %(owner)s OR lease_expires IS NULL OR lease_expires <= %(now)s) "
+    "RETURNING lease_token"
+)
+RENEW = (
+    "UPDATE runs SET lease_expires = %s "
+    "WHERE run_id = %s AND lease_token = %s AND lease_owner IS NOT NULL RETURNING 1"
+)
+RELEASE = (
+    "UPDATE runs SET lease_owner = NULL, lease_expires = NULL "
+    "WHERE run_id = %s AND lease_token = %s RETURNING 1"
+)
+
+_CLAIMABLE = (
+    "status = 'running' AND (lease_owner IS NULL OR lease_expires IS NULL "
+    "OR lease_expires <= %(now)s)"
+)
+EXPIRED = f"SELECT run_id FROM runs WHERE {_CLAIMABLE} ORDER BY seq"
+CLAIM = (
+    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = %(owner)s, "
+    "lease_expires = %(expires)s WHERE seq = ("
+    f"SELECT seq FROM runs WHERE {_CLAIMABLE} AND task = ANY(%(tasks)s) "
+    "AND NOT (run_id = ANY(%(exclude)s)) ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
+    f"RETURNING {RUN}"
+)
+
+DECIDE = (
+    "WITH run AS (SELECT run_id FROM runs WHERE run_id = %(run_id)s FOR UPDATE), "
+    "dec AS (UPDATE approvals SET status = %(decision)s, approver = %(approver)s, "
+    "approver_roles = %(roles)s, reason = %(reason)s, decided_at = %(now)s FROM run "
+    "WHERE approvals.approval_id = %(approval_id)s AND approvals.run_id = run.run_id "
+    "AND approvals.status = 'pending' "
+    f"RETURNING {', '.join('approvals.' + c for c in APPROVAL.split(', '))}), "
+    "ev AS (INSERT INTO events (run_id, kind, data, at) "
+    "SELECT dec.run_id, %(kind)s, %(data)s, dec.decided_at FROM dec "
+    "WHERE %(kind)s::text IS NOT NULL) "
+    "SELECT dec.*, pg_notify(%(channel)s, dec.run_id) FROM dec"
+)
