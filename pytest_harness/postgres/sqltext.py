@@ -17,6 +17,7 @@ from __future__ import annotations
 
 __all__ = [
     "ACQUIRE",
+    "ANSWERED",
     "APPROVAL",
     "CLAIM",
     "COMMIT",
@@ -103,18 +104,24 @@ RELEASE = (
     "WHERE run_id = %s AND lease_token = %s RETURNING 1"
 )
 
-_CLAIMABLE = (
-    "status = 'running' AND (lease_owner IS NULL OR lease_expires IS NULL "
-    "OR lease_expires <= %(now)s)"
+_NO_LIVE_LEASE = "(lease_owner IS NULL OR lease_expires IS NULL OR lease_expires <= %(now)s)"
+EXPIRED = f"SELECT run_id FROM runs WHERE status = 'running' AND {_NO_LIVE_LEASE} ORDER BY seq"
+_ALL_ANSWERED = (
+    "status = 'awaiting_approval' AND NOT EXISTS (SELECT 1 FROM approvals p "
+    "WHERE p.run_id = runs.run_id AND p.status = 'pending') "
+    "AND (SELECT max(a.decided_at) FROM approvals a WHERE a.run_id = runs.run_id) "
+    "<= %(now)s - %(grace)s"
 )
-EXPIRED = f"SELECT run_id FROM runs WHERE {_CLAIMABLE} ORDER BY seq"
+ANSWERED = f"SELECT run_id FROM runs WHERE {_ALL_ANSWERED} AND {_NO_LIVE_LEASE} ORDER BY seq"
 CLAIM = (
     "UPDATE runs SET lease_token = lease_token + 1, lease_owner = %(owner)s, "
     "lease_expires = %(expires)s WHERE seq = ("
-    f"SELECT seq FROM runs WHERE {_CLAIMABLE} AND task = ANY(%(tasks)s) "
-    "AND NOT (run_id = ANY(%(exclude)s)) ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
+    f"SELECT seq FROM runs WHERE {_NO_LIVE_LEASE} AND task = ANY(%(tasks)s) "
+    f"AND NOT (run_id = ANY(%(exclude)s)) AND (status = 'running' OR ({_ALL_ANSWERED})) "
+    "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
     f"RETURNING {RUN}"
 )
+"""Lease the oldest claimable run, skipping rows another worker's claim has locked."""
 
 DECIDE = (
     "WITH run AS (SELECT run_id FROM runs WHERE run_id = %(run_id)s FOR UPDATE), "

@@ -438,8 +438,11 @@ class PostgresStore:
         tasks: Collection[str],
         exclude: Collection[str] = (),
         now: float | None = None,
+        grace: float = 0.0,
     ) -> RunRecord | None:
         """Lease the oldest claimable run of `tasks` to `owner` (`FOR UPDATE SKIP LOCKED`)."""
+        if not grace >= 0:
+            raise ValueError(f"grace must be zero or more seconds, got {grace!r}")
         if not ttl > 0:
             raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
         at = time.time() if now is None else now
@@ -452,6 +455,7 @@ class PostgresStore:
                 "now": at,
                 "tasks": [_text(t) for t in tasks],
                 "exclude": list(exclude),
+                "grace": grace,
             },
         )
         return _record(rows[0]) if rows else None
@@ -686,6 +690,17 @@ class PostgresStore:
         """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""
         rows = await self._q(
             "list expired runs", q.EXPIRED, {"now": time.time() if now is None else now}
+        )
+        return [row[0] for row in rows]
+
+    async def answered_runs(self, *, now: float | None = None, grace: float = 0.0) -> list[str]:
+        """Ids of `awaiting_approval` runs with every approval answered and nobody driving them."""
+        if not grace >= 0:
+            raise ValueError(f"grace must be zero or more seconds, got {grace!r}")
+        rows = await self._q(
+            "list answered runs",
+            q.ANSWERED,
+            {"now": time.time() if now is None else now, "grace": grace},
         )
         return [row[0] for row in rows]
 

@@ -95,7 +95,7 @@ _UNSET: Any = object()
 PARTS = ("system", "tools", "messages")
 """The parts of a model request a recording keeps a digest of."""
 
-__all__ = ["Driver", "approval_id", "args_digest", "execution_key"]
+__all__ = ["DriveStopped", "Driver", "approval_id", "args_digest", "execution_key"]
 
 
 def execution_key(run_id: str, step: int, index: int) -> str:
@@ -155,6 +155,18 @@ class _Deadline(Exception):
     """The run's deadline passed while waiting on a model or a tool."""
 
 
+class DriveStopped(Exception):
+    """The driver stopped at a clean boundary because its worker is shutting down.
+
+    Nothing is lost: the last commit holds everything done so far, and the run stays `running`
+    for another worker to claim once the lease is released.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id}: its worker stopped driving it at a boundary")
+        self.run_id = run_id
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DriveContext:
     """What a driver needs from the harness."""
@@ -170,6 +182,9 @@ class DriveContext:
     spec_digest: str = ""
     hub: EventHub | None = None
     """Where committed and provisional events are announced to this process's streams."""
+    stopping: Callable[[], bool] | None = None
+    """Whether the worker is shutting down: the driver then stops at its next clean boundary
+    (before a model call, or after a tool's result is committed) with `DriveStopped`."""
 
 
 class Driver:
@@ -228,7 +243,7 @@ class Driver:
             renewer = asyncio.create_task(self._renew_lease())
         try:
             return await self._loop()
-        except (StoreError, ReplayDiverged, asyncio.CancelledError):
+        except (StoreError, ReplayDiverged, DriveStopped, asyncio.CancelledError):
             raise
         except Exception as exc:  # a bug in a plugin or in user code outside a tool
             return await self._end(
@@ -292,6 +307,7 @@ class Driver:
     # -- model ------------------------------------------------------------------------------
 
     async def _model_step(self) -> RunResult | None:
+        self._check_stopping()  # everything since the last commit is recomputed from it
         state, budget = self.state, self.plan.budget
         if budget.steps is not None and state.steps >= budget.steps:
             return await self._limit("steps", budget.steps, state.steps)
@@ -734,7 +750,13 @@ class Driver:
             return await self._limit_deadline()
         if self.control is not None:
             return await self._stop()  # the tool settled; stop before anything new starts
+        self._check_stopping()
         return None
+
+    def _check_stopping(self) -> None:
+        stopping = self.ctx.stopping
+        if stopping is not None and stopping():
+            raise DriveStopped(self.record.run_id)
 
     def _settle(self, call: dict[str, Any], outcome: str, text: str) -> None:
         """Give a call that will not run its outcome (denied, declined, unknown tool)."""

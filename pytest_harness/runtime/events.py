@@ -11,9 +11,12 @@ Two things make following prompt without a busy loop:
   commit: the `text_delta` pieces of an answer still streaming, and `attempt_reset`. A
   provisional event has no cursor (`""`); its stored copy (same `attempt` and `seq`) follows
   with the answer's commit and is not yielded again by the same stream.
-* **Polling with backoff** for runs driven by other processes: the store is read again after
-  20 ms, doubling up to half a second while nothing arrives, and back to 20 ms when something
-  does.
+* **Notifications** from a store that has them (`WatchingStore`: Postgres `LISTEN`/`NOTIFY`)
+  for runs driven by other processes: the stream waits for one, reading the store again only
+  when woken (and every `WATCHED_WAIT` seconds as a safety net).
+* **Polling with backoff** otherwise (sqlite, or while the Postgres listener reconnects): the
+  store is read again after 20 ms, doubling up to half a second while nothing arrives, and back
+  to 20 ms when something does.
 
 The stream ends once every event is yielded and the run is no longer `running` (it ended, or
 waits for an approval, a resolution or a resume), or when nothing drives it any more: its driver
@@ -30,9 +33,18 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
-from pytest_harness.store.base import Event, EventDraft, RunRecord, Store, parse_cursor
+from pytest_harness.store.base import (
+    Event,
+    EventDraft,
+    RunRecord,
+    Store,
+    Watcher,
+    WatchingStore,
+    parse_cursor,
+)
 
 __all__ = ["EventHub", "follow"]
 
@@ -40,6 +52,8 @@ POLL_MIN = 0.02
 """Seconds before the store is read again when nothing woke the stream."""
 POLL_MAX = 0.5
 """The longest wait between two reads of the store."""
+WATCHED_WAIT = 5.0
+"""The longest wait between two reads while the store's notifications flow."""
 
 
 class _Subscription:
@@ -133,42 +147,59 @@ async def follow(
     if ready is not None:
         await ready()
     sub = hub.subscribe(run_id)
+    watching: AbstractAsyncContextManager[Watcher | None] = (
+        store.watch(run_id, sub.wake.set) if isinstance(store, WatchingStore) else nullcontext(None)
+    )
     try:
-        cursor = after
-        delay = POLL_MIN
-        seen: set[tuple[str, Any, Any]] = set()
-        while True:
-            sub.wake.clear()
-            # The status first: when it says the run stopped, the commit that stopped it (and
-            # every event before it) is already visible to the read of the events below.
-            record = await store.get_run(run_id)
-            status = record.status
-            batch = await store.events(run_id, after=cursor)
-            for event in batch:
-                cursor = event.cursor
-                key = _live_key(event)
-                if key is not None:
-                    if key in seen:
-                        continue  # yielded when it was provisional
-                    seen.add(key)
+        async with watching as watcher:
+            async for event in _follow(store, sub, run_id, after, watcher):
                 yield event
-            while sub.live:
-                event = sub.live.popleft()
-                key = _live_key(event)
-                if key is not None and key in seen:
-                    continue  # its stored copy was yielded already
-                if key is not None:
-                    seen.add(key)
-                yield event
-            if status != "running" or _abandoned(record, store.kind):
-                return
-            if batch:
-                delay = POLL_MIN
-            if sub.live:
-                continue
-            try:
-                await asyncio.wait_for(sub.wake.wait(), delay)
-            except TimeoutError:
-                delay = min(delay * 2, POLL_MAX)
     finally:
         hub.unsubscribe(run_id, sub)
+
+
+async def _follow(
+    store: Store, sub: _Subscription, run_id: str, cursor: str, watcher: Watcher | None
+) -> AsyncIterator[Event]:
+    delay = POLL_MIN
+    seen: set[tuple[str, Any, Any]] = set()
+    while True:
+        sub.wake.clear()
+        # The status first: when it says the run stopped, the commit that stopped it (and
+        # every event before it) is already visible to the read of the events below.
+        record = await store.get_run(run_id)
+        status = record.status
+        batch = await store.events(run_id, after=cursor)
+        for event in batch:
+            cursor = event.cursor
+            key = _live_key(event)
+            if key is not None:
+                if key in seen:
+                    continue  # yielded when it was provisional
+                seen.add(key)
+            yield event
+        while sub.live:
+            event = sub.live.popleft()
+            key = _live_key(event)
+            if key is not None and key in seen:
+                continue  # its stored copy was yielded already
+            if key is not None:
+                seen.add(key)
+            yield event
+        if status != "running" or _abandoned(record, store.kind):
+            return
+        if batch:
+            delay = POLL_MIN
+        if sub.live:
+            continue
+        wait = delay
+        if watcher is not None and watcher.connected:
+            # Woken by notifications; read again anyway when the lease would lapse, to see
+            # whether the run was abandoned.
+            wait = WATCHED_WAIT
+            if record.lease_expires is not None:
+                wait = min(wait, max(POLL_MIN, record.lease_expires - time.time() + POLL_MIN))
+        try:
+            await asyncio.wait_for(sub.wake.wait(), wait)
+        except TimeoutError:
+            delay = min(delay * 2, POLL_MAX)

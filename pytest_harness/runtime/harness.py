@@ -16,7 +16,7 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -186,6 +186,7 @@ class Harness:
         """Runs a task of this harness drives now (its lease may look expired on memory)."""
         self.evals = evals
         """The online evals told about every run this harness ends (None: no graders)."""
+        self._stopping = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -462,21 +463,59 @@ class Harness:
     async def recover(self) -> list[RunResult]:
         """Resume every interrupted run whose lease expired (their worker stopped).
 
-        For a restarted worker: each `running` run whose lease expired is continued from its
-        last committed boundary, one after another, and their results are returned. A run that
-        another worker took meanwhile (`RunBusy`), or whose task this spec does not declare,
-        is left alone; the others are still resumed.
+        For a restarted worker: runs of this spec's tasks left `running` with no live lease,
+        and runs whose approvals were all answered (the last a lease ago or more) but that
+        nobody resumed because the answering process stopped in between, are claimed one at
+        a time (`Store.claim_run`: one atomic write, `FOR UPDATE SKIP
+        LOCKED` on Postgres) and each is continued from its last committed boundary. Returns
+        the results of the runs this harness drove, and only those: over several workers
+        recovering at once, each run appears in exactly one of their results.
+        """
+        results: list[RunResult] = []
+        tried: set[str] = set()
+        while True:
+            result = await self.recover_next(skip=tried)
+            if result is None:
+                return results
+            tried.add(result.run_id)
+            results.append(result)
+
+    async def recover_next(
+        self,
+        *,
+        skip: Collection[str] = (),
+        on_claim: Callable[[RunRecord], None] | None = None,
+    ) -> RunResult | None:
+        """Claim one interrupted run (not in `skip`), drive it, and return its result.
+
+        None when there is nothing to claim. `on_claim` is called with the claimed record
+        before the drive starts (the worker logs it). The building block of `recover()` and
+        of `pytest-harness worker`.
         """
         await self._open()
-        results: list[RunResult] = []
-        for run_id in await self.store.expired_runs():
-            if run_id in self._driving:
-                continue
-            try:
-                results.append(await self._drive(await self.store.get_run(run_id)))
-            except (RunBusy, UnknownTask):
-                continue
-        return results
+        lease = self.spec.document.state.lease
+        record = await self.store.claim_run(
+            self.owner,
+            lease,
+            tasks=list(self._tasks if self._tasks is not None else self.plans.tasks),
+            exclude={*self._driving, *skip},
+            grace=lease,
+        )
+        if record is None:
+            return None
+        if on_claim is not None:
+            on_claim(record)
+        return await self._drive(record, claimed=True)
+
+    def stop_driving(self) -> None:
+        """Make every run this harness drives stop at its next clean boundary (shutdown).
+
+        A boundary is clean where everything done so far is committed or recomputable: before
+        a model call, after a tool's result commit. The drive then raises `DriveStopped`,
+        its lease is released, and the run stays `running` for another worker to claim at
+        once. Used by `pytest-harness worker` on SIGTERM; irreversible for this harness.
+        """
+        self._stopping = True
 
     def stream(self, run_id: str, *, after: str = "0") -> AsyncIterator[Event]:
         """The run's events after the cursor `after`, then live ones until it ends or waits.
@@ -651,15 +690,17 @@ class Harness:
         record: RunRecord,
         *,
         created: bool = False,
+        claimed: bool = False,
         history: list[Message] | None = None,
         control_only: bool = False,
         resolution: tuple[str, str, Any, str | None] | None = None,
     ) -> RunResult:
         """Drive a run under this worker's lease until it ends or suspends.
 
-        A run this worker has just `created` already holds its lease (token 1); any other is
-        leased here and read again, for what its previous holder committed (`RunBusy` when
-        another worker, or another task of this harness, drives it). The driver's last commit
+        A run this worker has just `created` (token 1) or `claimed` already holds its lease,
+        and its record is current; any other is leased here and read again, for what its
+        previous holder committed (`RunBusy` when another worker, or another task of this
+        harness, drives it). The driver's last commit
         releases the lease; if it never gets there, the lease is released here. `history` is
         the session's earlier conversation (read from the store when None). With
         `control_only`, only a pending pause or cancel request is acted on; `resolution`
@@ -677,11 +718,11 @@ class Harness:
         self._driving.add(run_id)
         try:
             token = record.lease_token
-            if not created:
+            if not created and not claimed:
                 token = await store.acquire_lease(run_id, self.owner, lease)
             driver: Driver | None = None
             try:
-                if not created:
+                if not created and not claimed:
                     record = await store.get_run(run_id)
                 interrupted = not created and record.status == RunStatus.RUNNING.value
                 was_ended = RunStatus(record.status).ended
@@ -694,6 +735,7 @@ class Harness:
                     keep_requests=self._keep_requests,
                     spec_digest=self.spec.digest,
                     hub=self._hub,
+                    stopping=lambda: self._stopping,
                 )
                 try:
                     driver = Driver(

@@ -24,8 +24,9 @@ Rules every store follows, so that the runtime cannot tell them apart:
   `(run_id, grader)`, written once (a second write of the same pair is ignored, so a grade
   retried after a crash never counts twice), read newest first by `created_at`.
 
-Stores: `memory` (`store/memory.py`) and `sqlite` (`store/sqlite.py`); both pass the contract
-suite in `tests/store/test_contract.py`. A plugin adds another through the
+Stores: `memory` (`store/memory.py`), `sqlite` (`store/sqlite.py`) and, in the extra
+`pytest-harness[postgres]`, `postgres` (`postgres/store.py`); all pass the contract suite in
+`tests/store/test_contract.py`. A plugin adds another through the
 `harness_stores` hook; the helpers at the end of this module give it the same encoding,
 cursors and messages.
 """
@@ -33,7 +34,8 @@ cursors and messages.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -50,6 +52,8 @@ __all__ = [
     "RunRecord",
     "Sample",
     "Store",
+    "Watcher",
+    "WatchingStore",
     "already_answered",
     "check_control",
     "check_decision",
@@ -340,6 +344,28 @@ class Store(Protocol):
         """
         ...
 
+    async def claim_run(
+        self,
+        owner: str,
+        ttl: float,
+        *,
+        tasks: Collection[str],
+        exclude: Collection[str] = (),
+        now: float | None = None,
+        grace: float = 0.0,
+    ) -> RunRecord | None:
+        """Lease the oldest claimable run to `owner` for `ttl` seconds and return it, or None.
+
+        Claimable: a run of one of `tasks`, not in `exclude`, with no live lease at `now`,
+        that is either `running` (as `expired_runs` lists) or `awaiting_approval` with every
+        approval answered, the last at or before `now - grace` (its answerer died before
+        resuming it: DESIGN §10, liveness). One atomic write (Postgres: `FOR UPDATE SKIP
+        LOCKED`), so workers claiming at once each get a different run, and the returned
+        record carries the new fencing token. This is how `recover()` and `worker` split
+        interrupted runs between workers. `ValueError` when `ttl` is not positive.
+        """
+        ...
+
     async def expired_runs(self, *, now: float | None = None) -> list[str]:
         """Ids of runs that are `running` with no live lease (their worker died), oldest first.
 
@@ -371,6 +397,28 @@ class Store(Protocol):
 
         `since` (inclusive) and `until` (exclusive) bound `created_at`; `limit=None` reads
         every match. `ValueError` when `limit` is negative.
+        """
+        ...
+
+
+class Watcher(Protocol):
+    """What `WatchingStore.watch` yields: whether notifications flow right now."""
+
+    connected: bool
+
+
+@runtime_checkable
+class WatchingStore(Protocol):
+    """A store that can tell a stream when a run gets new events (Postgres `LISTEN`/`NOTIFY`).
+
+    Optional: a stream on a store without it reads the store again at intervals.
+    """
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> AbstractAsyncContextManager[Watcher]:
+        """Call `wake()` after each write that adds events to the run, while the block runs.
+
+        In place when the block starts (a read inside it misses no write); after a lost
+        connection, `wake()` is called once more so the reader reads again from its cursor.
         """
         ...
 

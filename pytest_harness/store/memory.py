@@ -443,6 +443,47 @@ class MemoryStore:
             for i, kind, data, at in stored[start:end]
         ]
 
+    async def claim_run(
+        self,
+        owner: str,
+        ttl: float,
+        *,
+        tasks: Collection[str],
+        exclude: Collection[str] = (),
+        now: float | None = None,
+        grace: float = 0.0,
+    ) -> RunRecord | None:
+        """Lease the oldest claimable run of `tasks` to `owner`; None when there is none."""
+        if not ttl > 0:
+            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        self._check_open()
+        moment = time.time() if now is None else now
+        for run in self._runs.values():
+            if (
+                run.task in tasks
+                and run.run_id not in exclude
+                and (
+                    run.lease_owner is None
+                    or run.lease_expires is None
+                    or run.lease_expires <= moment
+                )
+                and (run.status == "running" or self._answered(run, moment - grace))
+            ):
+                run.lease_token += 1
+                run.lease_owner = owner
+                run.lease_expires = time.time() + ttl
+                return run.record()
+        return None
+
+    def _answered(self, run: _Run, by: float) -> bool:
+        """Whether the run awaits approvals that were all answered, the last at or before `by`."""
+        if run.status != "awaiting_approval":
+            return False
+        rows = [a for a in self._approvals.values() if a.run_id == run.run_id]
+        return bool(rows) and all(
+            a.status != "pending" and a.decided_at is not None and a.decided_at <= by for a in rows
+        )
+
     async def expired_runs(self, *, now: float | None = None) -> list[str]:
         """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""
         self._check_open()

@@ -252,6 +252,21 @@ _ACQUIRE = (
     "WHERE run_id = :run_id AND (lease_owner IS NULL OR lease_owner = :owner "
     "OR lease_expires IS NULL OR lease_expires <= :now) RETURNING lease_token"
 )
+_CLAIM = (
+    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = :owner, "
+    "lease_expires = :expires WHERE seq = (SELECT r.seq FROM runs r "
+    "WHERE (r.lease_owner IS NULL OR r.lease_expires IS NULL OR r.lease_expires <= :now) "
+    "AND r.task IN (SELECT value FROM json_each(:tasks)) "
+    "AND r.run_id NOT IN (SELECT value FROM json_each(:exclude)) "
+    "AND (r.status = 'running' OR (r.status = 'awaiting_approval' "
+    "AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.run_id = r.run_id "
+    "AND p.status = 'pending') "
+    "AND (SELECT max(a.decided_at) FROM approvals a WHERE a.run_id = r.run_id) "
+    "<= :now - :grace)) ORDER BY r.seq LIMIT 1) "
+    f"RETURNING {_RUN}"
+)
+"""Lease the oldest claimable run: `running` with no live lease, or `awaiting_approval` with
+every approval answered (none pending, at least one: `max` of none is NULL) long enough ago."""
 _RENEW = (
     "UPDATE runs SET lease_expires = ? "
     "WHERE run_id = ? AND lease_token = ? AND lease_owner IS NOT NULL RETURNING 1"
@@ -921,6 +936,34 @@ class SQLiteStore:
             Event(run_id=run_id, cursor=str(i), kind=kind, data=_loads(data), at=at)
             for i, kind, data, at in rows
         ]
+
+    async def claim_run(
+        self,
+        owner: str,
+        ttl: float,
+        *,
+        tasks: Collection[str],
+        exclude: Collection[str] = (),
+        now: float | None = None,
+        grace: float = 0.0,
+    ) -> RunRecord | None:
+        """Lease the oldest claimable run of `tasks` to `owner` in one `UPDATE`; or None."""
+        if not ttl > 0:
+            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        rows = await self._q(
+            "claim an interrupted run",
+            _CLAIM,
+            {
+                "owner": owner,
+                "expires": time.time() + ttl,
+                "now": time.time() if now is None else now,
+                "tasks": encode_json([_text(t) for t in tasks], "task names"),
+                "exclude": encode_json(list(exclude), "run ids"),
+                "grace": grace,
+            },
+            write=True,
+        )
+        return _record(rows[0]) if rows else None
 
     async def expired_runs(self, *, now: float | None = None) -> list[str]:
         """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""

@@ -95,7 +95,7 @@ rules:
   - {{id: R1, when: 'tool == "refund" && args.amount > 100', then: approve, approvers: [finance]}}
 tasks:
   t: {{prompt: p, tools: [charge, lookup, refund], {task_extra}}}
-state: {{use: {store}, path: state.db, lease: 5s, record: true}}
+state: {{use: {store}, path: state.db, lease: 5s, record: true{postgres}}}
 """
 
 FINANCE = ph.Principal("fiona", ("finance",))
@@ -126,12 +126,17 @@ class Durable:
         return [entry for entry in self.tools.LOG if entry[0] == name]
 
 
-def make_app(root: Path, store: str, task_extra: str = "") -> Durable:
+def make_app(root: Path, store: str, task_extra: str = "", pg_schema: str = "") -> Durable:
     name = f"durable_{uuid.uuid4().hex[:12]}"
     (root / f"{name}.py").write_text(TOOLS, encoding="utf-8")
     spec = root / "harness.yaml"
     spec.write_text(
-        SPEC.format(mod=name, store=store, task_extra=task_extra or "labels: {}"),
+        SPEC.format(
+            mod=name,
+            store=store,
+            task_extra=task_extra or "labels: {}",
+            postgres=f", dsn_env: HARNESS_TEST_DSN, schema: {pg_schema}" if pg_schema else "",
+        ),
         encoding="utf-8",
     )
     sys.path.insert(0, str(root))
@@ -142,9 +147,18 @@ def make_app(root: Path, store: str, task_extra: str = "") -> Durable:
     return Durable(root, module, spec)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+def make_store_app(request: pytest.FixtureRequest, root: Path, store: str) -> Durable:
+    """`make_app` on `store`; on postgres, with a schema of this test and its DSN in the env."""
+    if store != "postgres":
+        return make_app(root, store)
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setenv("HARNESS_TEST_DSN", request.getfixturevalue("pg_dsn"))
+    return make_app(root, store, pg_schema=request.getfixturevalue("pg_schema"))
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Durable]:
-    made = make_app(tmp_path, request.param)
+    made = make_store_app(request, tmp_path, request.param)
     yield made
     sys.modules.pop(made.tools.__name__, None)
 
@@ -152,6 +166,14 @@ def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Durable]
 @pytest.fixture
 def on_sqlite(tmp_path: Path) -> Iterator[Durable]:
     made = make_app(tmp_path, "sqlite")
+    yield made
+    sys.modules.pop(made.tools.__name__, None)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Durable]:
+    """An app on a store several processes share (sqlite, postgres)."""
+    made = make_store_app(request, tmp_path, request.param)
     yield made
     sys.modules.pop(made.tools.__name__, None)
 
@@ -292,8 +314,8 @@ async def test_resolved_runs_replay_the_same(durable: Durable) -> None:
     assert report.same, report.render()
 
 
-async def test_recover_skips_busy_runs_and_resumes_the_others(on_sqlite: Durable) -> None:
-    app = on_sqlite
+async def test_recover_skips_busy_runs_and_resumes_the_others(shared: Durable) -> None:
+    app = shared
     async with app.open() as harness, app.open() as other:
         first = await interrupt(harness, app, "lookup", "lookup 1")
         second = await interrupt(harness, app, "refund", "refund 2")
@@ -384,8 +406,8 @@ async def test_an_uncertain_call_of_a_cancelled_run_cannot_be_resolved(durable: 
             await harness.resolve(run_id, waiting.pending[0].execution_key, retry=True)
 
 
-async def test_racing_resolvers_one_wins(on_sqlite: Durable) -> None:
-    app = on_sqlite
+async def test_racing_resolvers_one_wins(shared: Durable) -> None:
+    app = shared
     async with app.open() as one, app.open() as two:
         run_id = await interrupt(one, app, "charge", "charge 5")
         [waiting] = await one.recover()
@@ -661,9 +683,9 @@ async def test_a_stream_of_a_waiting_run_ends_and_a_new_one_follows_it_on(durabl
     assert rest[1].data == {"status": "running"}
 
 
-async def test_a_stream_follows_a_run_another_worker_drives(on_sqlite: Durable) -> None:
+async def test_a_stream_follows_a_run_another_worker_drives(shared: Durable) -> None:
     """The watcher shares no memory with the driver: it polls the store."""
-    app = on_sqlite
+    app = shared
     gate = app.gate("lookup")
     async with app.open() as driver, app.open() as watcher:
         handle = await driver.submit("t", "lookup 1", principal="ann")
