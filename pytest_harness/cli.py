@@ -287,6 +287,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help='print {"score": {...}, "mutants": [...]} instead of the table',
     )
+    from pytest_harness.worker import add_worker_command
+
+    add_worker_command(
+        command(
+            "worker",
+            "recover and drive runs until stopped",
+            "Claim and drive the runs that need a driver: runs a stopped worker left running "
+            "(once their lease expired) and runs whose approvals were answered but never "
+            "resumed. Runs until SIGTERM or SIGINT, then lets each run reach its next "
+            "boundary, releases its lease and exits 0. Logs one JSON line per event on stderr. "
+            "Needs a store processes share (sqlite, postgres).",
+        ),
+        spec_and_env,
+    )
     return parser
 
 
@@ -523,6 +537,13 @@ async def _mutate(args: argparse.Namespace, out: Console, err: Console) -> int:
     return EXIT_OK
 
 
+async def _worker(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from pytest_harness.worker import run_worker
+
+    async with _load(args) as harness:
+        return await run_worker(harness, args)
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace, Console, Console], Coroutine[Any, Any, int]]] = {
     "run": _run,
     "replay": _replay,
@@ -532,6 +553,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console, Console], Coroutine[
     "export": _export,
     "eval": _eval,
     "mutate": _mutate,
+    "worker": _worker,
 }
 
 

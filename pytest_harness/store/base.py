@@ -466,7 +466,8 @@ def stale_token(run_id: str, token: int, current: int, owner: str | None) -> Sto
     """Build the error for a write fenced by a token that is no longer the current one."""
     holder = f"by owner {owner!r}" if owner is not None else "by no owner (lease released)"
     return StoreError(
-        f"stale fencing token: run {run_id} is now held with token {current} {holder}; "
+        f"stale fencing token (this worker lost the lease): run {run_id} is now held with "
+        f"token {current} {holder}; "
         f"this worker's token {token} was superseded; nothing was written"
     )
 

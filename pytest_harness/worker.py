@@ -1,0 +1,283 @@
+"""`pytest-harness worker`: a long-running process that recovers and drives runs (DESIGN §8).
+
+A worker loads the spec, opens its store, and loops: it claims a run that needs a driver
+(`Harness.recover_next`: a run left `running` by a worker that stopped, whose lease expired,
+or a run whose approvals were all answered but that nobody resumed) and drives it until it
+ends or waits again. With nothing to claim it looks again every `idle` seconds. Claims are
+atomic in the store (`FOR UPDATE SKIP LOCKED` on Postgres), so any number of workers, on any
+number of hosts, split the runs of one database and no run is driven by two of them.
+
+SIGTERM (or SIGINT) stops it cleanly: no new run is claimed, each run being driven stops at
+its next clean boundary (the model call or tool in flight finishes and its result is
+committed), its lease is released so another worker can take it at once, and the process
+exits 0. A SIGKILLed worker leaves its runs to the others once their leases expire.
+
+Every event is one JSON object per line on stderr (`worker_started`, `run_claimed`,
+`run_done`, `run_released`, `run_error`, `worker_stopping`, `worker_stopped`), with `ts`,
+`worker` (the lease owner id) and, per run, `run_id`, `task` and `status`.
+
+It works on every store that several processes can share: sqlite (one host) and postgres.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+from pytest_harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    from pytest_harness.runtime.harness import Harness
+    from pytest_harness.store.base import RunRecord
+
+__all__ = ["Worker", "WorkerStats", "add_worker_command", "json_log", "run_worker"]
+
+Log = Callable[[str, Mapping[str, Any]], None]
+
+
+def json_log(stream: TextIO | None = None) -> Log:
+    """A log that writes each event as one JSON line (default: to stderr) and flushes."""
+
+    def log(event: str, fields: Mapping[str, Any]) -> None:
+        out = stream if stream is not None else sys.stderr
+        line = json.dumps(
+            {"ts": round(time.time(), 3), "event": event, **fields},
+            ensure_ascii=False,
+            default=str,
+        )
+        out.write(line + "\n")
+        out.flush()
+
+    return log
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """What a worker did: runs claimed, how they left it, errors."""
+
+    claimed: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    """How many driven runs ended or suspended with each status."""
+    released: int = 0
+    """Runs given back at a boundary because the worker was stopping."""
+    errors: int = 0
+
+
+class Worker:
+    """Claims and drives runs of one harness until `stop()` (or SIGTERM in `serve`).
+
+    `concurrency` runs are driven at once (each its own loop); `idle` is how long to wait
+    before looking again when there is nothing to claim. With `exit_when_idle`, a loop ends
+    when it finds nothing to claim (for batch jobs and benchmarks).
+    """
+
+    def __init__(
+        self,
+        harness: Harness,
+        *,
+        concurrency: int = 1,
+        idle: float = 1.0,
+        exit_when_idle: bool = False,
+        log: Log | None = None,
+    ) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be an integer of 1 or more, got {concurrency!r}")
+        if not idle > 0:
+            raise ValueError(f"idle must be a positive number of seconds, got {idle!r}")
+        if harness.store.kind == "memory":
+            raise harness.spec.error(
+                "a worker drives runs that other processes started, so it needs a store they "
+                "share: use sqlite or postgres, not memory",
+                ("state", "use"),
+            )
+        self.harness = harness
+        self.concurrency = concurrency
+        self.idle = float(idle)
+        self.exit_when_idle = exit_when_idle
+        self.stats = WorkerStats()
+        self._log = log if log is not None else json_log()
+        self._stop = asyncio.Event()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether `stop()` was called."""
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """Claim nothing more; runs being driven stop at their next clean boundary."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self.harness.stop_driving()
+        self._emit("worker_stopping", {})
+
+    async def serve(self) -> WorkerStats:
+        """Run until `stop()`, or SIGTERM/SIGINT (handled here); return what was done."""
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(signum, self.stop)
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
+                continue  # not the main thread, or not supported here
+            handled.append(signum)
+        try:
+            return await self.run()
+        finally:
+            for signum in handled:
+                loop.remove_signal_handler(signum)
+
+    async def run(self) -> WorkerStats:
+        """The worker's loops, without installing signal handlers."""
+        harness = self.harness
+        await harness.store.open()
+        self._emit(
+            "worker_started",
+            {
+                "spec": str(harness.spec.path),
+                "store": harness.store.kind,
+                "concurrency": self.concurrency,
+                "lease": harness.spec.document.state.lease,
+            },
+        )
+        await asyncio.gather(*(self._loop() for _ in range(self.concurrency)))
+        stats = self.stats
+        self._emit(
+            "worker_stopped",
+            {
+                "claimed": stats.claimed,
+                "statuses": stats.statuses,
+                "released": stats.released,
+                "errors": stats.errors,
+            },
+        )
+        return stats
+
+    async def _loop(self) -> None:
+        from pytest_harness.runtime.engine import DriveStopped
+
+        while not self._stop.is_set():
+            claimed: list[RunRecord] = []
+            started = time.monotonic()
+            try:
+                result = await self.harness.recover_next(on_claim=self._on_claim(claimed))
+            except DriveStopped as stopped:
+                self.stats.released += 1
+                self._emit("run_released", {"run_id": stopped.run_id, "status": "running"})
+                continue
+            except HarnessError as exc:
+                self.stats.errors += 1
+                fields: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
+                if claimed:
+                    fields = {"run_id": claimed[0].run_id, "task": claimed[0].task, **fields}
+                self._emit("run_error", fields)
+                await self._pause()
+                continue
+            if result is None:
+                if self.exit_when_idle:
+                    return
+                await self._pause()
+                continue
+            status = result.status.value
+            self.stats.statuses[status] = self.stats.statuses.get(status, 0) + 1
+            self._emit(
+                "run_done",
+                {
+                    "run_id": result.run_id,
+                    "task": result.task,
+                    "status": status,
+                    "seconds": round(time.monotonic() - started, 3),
+                },
+            )
+
+    async def _pause(self) -> None:
+        """Wait `idle` seconds, or less if the worker is stopped meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), self.idle)
+
+    def _emit(self, event: str, fields: Mapping[str, Any]) -> None:
+        self._log(event, {"worker": self.harness.owner, **fields})
+
+    def _on_claim(self, into: list[RunRecord]) -> Callable[[RunRecord], None]:
+        """The `on_claim` of `recover_next`: keep the claimed run in `into` and log it."""
+
+        def claimed(record: RunRecord) -> None:
+            into.append(record)
+            self._claimed(record)
+
+        return claimed
+
+    def _claimed(self, record: RunRecord) -> None:
+        self.stats.claimed += 1
+        self._emit(
+            "run_claimed",
+            {
+                "run_id": record.run_id,
+                "task": record.task,
+                "status": record.status,
+                "lease_token": record.lease_token,
+            },
+        )
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def add_worker_command(
+    parser: argparse.ArgumentParser, spec_and_env: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    """Add the arguments of `pytest-harness worker` to its parser (`cli.py` wires it in)."""
+    spec_and_env(parser)
+    parser.add_argument(
+        "--concurrency", metavar="N", type=_positive_int, default=1, help="runs driven at once"
+    )
+    parser.add_argument(
+        "--idle",
+        metavar="SECONDS",
+        type=_positive_float,
+        default=1.0,
+        help="how long to wait before looking again when there is nothing to do (default 1)",
+    )
+    parser.add_argument(
+        "--exit-when-idle", action="store_true", help="exit when there is nothing to claim"
+    )
+
+
+async def run_worker(harness: Harness, args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT; the exit code (0)."""
+    worker = Worker(
+        harness,
+        concurrency=args.concurrency,
+        idle=args.idle,
+        exit_when_idle=args.exit_when_idle,
+    )
+    await worker.serve()
+    return 0
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {value!r}")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value!r}")
+    return number
