@@ -31,9 +31,16 @@ class Listener:
     """Calls the callbacks of a run when a `NOTIFY` names it; reconnects by itself."""
 
     def __init__(
-        self, dsn: str, channel: str, where: str, *, connect_timeout: float = 10.0
+        self,
+        dsn: str,
+        channel: str,
+        where: str,
+        *,
+        connect_timeout: float = 10.0,
+        application_name: str = "pytest-harness listen",
     ) -> None:
         self.dsn = dsn
+        self.application_name = application_name
         self.channel = channel
         self.where = where
         self.connect_timeout = connect_timeout
@@ -76,12 +83,6 @@ class Listener:
                 await task
         self._callbacks.clear()
 
-    def disconnect(self) -> None:
-        """Drop the connection now, as a network failure would (for tests and operators)."""
-        conn = self._conn
-        if conn is not None and not conn.closed:
-            conn.pgconn.finish()
-
     def _wake_all(self) -> None:
         for callbacks in list(self._callbacks.values()):
             for wake in list(callbacks):
@@ -92,7 +93,10 @@ class Listener:
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
+                    self.dsn,
+                    autocommit=True,
+                    connect_timeout=max(1, round(self.connect_timeout)),
+                    application_name=self.application_name,
                 )
             except psycopg.Error as exc:
                 log.warning("postgres store %s: cannot listen: %s", self.where, exc)

@@ -159,6 +159,9 @@ class PostgresStore:
         self.pool_max = pool_max
         self.connect_timeout = float(connect_timeout)
         self.where = f"{redact_dsn(dsn)} schema {schema}"
+        self.application_name = f"pytest-harness {schema}"
+        """What the store's connections call themselves (`pg_stat_activity`); its listener's
+        connection adds ` listen`."""
         self.channel = f"pytest_harness.{schema}"
         """The `NOTIFY` channel of this schema's event writes (the payload is the run id)."""
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[_Row]] | None = None
@@ -222,7 +225,10 @@ class PostgresStore:
     async def _connect(self) -> AsyncConnectionPool[psycopg.AsyncConnection[_Row]]:
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
+                self.dsn,
+                autocommit=True,
+                connect_timeout=max(1, round(self.connect_timeout)),
+                application_name=self.application_name,
             )
         except psycopg.Error as exc:
             raise StoreError(
@@ -246,7 +252,11 @@ class PostgresStore:
             self.dsn,
             min_size=self.pool_min,
             max_size=self.pool_max,
-            kwargs={"autocommit": True, "connect_timeout": max(1, round(self.connect_timeout))},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": max(1, round(self.connect_timeout)),
+                "application_name": self.application_name,
+            },
             configure=configure,
             timeout=self.connect_timeout,
             open=False,
@@ -719,7 +729,11 @@ class PostgresStore:
         listener = self._listener
         if listener is None:
             listener = self._listener = Listener(
-                self.dsn, self.channel, self.where, connect_timeout=self.connect_timeout
+                self.dsn,
+                self.channel,
+                self.where,
+                connect_timeout=self.connect_timeout,
+                application_name=f"{self.application_name} listen",
             )
         listener.add(run_id, wake)
         try:
