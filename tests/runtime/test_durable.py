@@ -327,6 +327,19 @@ async def test_recover_skips_busy_runs_and_resumes_the_others(shared: Durable) -
         assert again.run_id == first and again.ok
 
 
+async def test_concurrent_recovers_split_the_runs_and_return_only_their_own(
+    shared: Durable,
+) -> None:
+    app = shared
+    async with app.open() as first, app.open() as second, app.open() as third:
+        left = [await interrupt(first, app, "lookup", f"lookup {i}") for i in range(8)]
+        results = await asyncio.gather(first.recover(), second.recover(), third.recover())
+    ids = [r.run_id for result in results for r in result]
+    assert sorted(ids) == sorted(left)  # each run in exactly one worker's result
+    assert all(r.ok for result in results for r in result)
+    assert len(app.calls("lookup")) == 8 + 8  # once interrupted, once to the end: never twice
+
+
 async def test_resume_of_a_run_this_harness_drives_is_busy(durable: Durable) -> None:
     gate = durable.gate("lookup")
     async with durable.open() as harness:
