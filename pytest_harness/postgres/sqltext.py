@@ -17,6 +17,7 @@ from __future__ import annotations
 
 __all__ = [
     "ACQUIRE",
+    "ADD_SAMPLES",
     "ANSWERED",
     "APPROVAL",
     "CLAIM",
@@ -114,14 +115,17 @@ _ALL_ANSWERED = (
 )
 ANSWERED = f"SELECT run_id FROM runs WHERE {_ALL_ANSWERED} AND {_NO_LIVE_LEASE} ORDER BY seq"
 CLAIM = (
-    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = %(owner)s, "
-    "lease_expires = %(expires)s WHERE seq = ("
-    f"SELECT seq FROM runs WHERE {_NO_LIVE_LEASE} AND task = ANY(%(tasks)s) "
-    f"AND NOT (run_id = ANY(%(exclude)s)) AND (status = 'running' OR ({_ALL_ANSWERED})) "
+    "WITH pick AS (SELECT seq AS picked, "
+    "CASE WHEN lease_owner IS NULL THEN NULL ELSE lease_expires END AS was FROM runs "
+    f"WHERE {_NO_LIVE_LEASE} AND task = ANY(%(tasks)s) AND NOT (run_id = ANY(%(exclude)s)) "
+    f"AND (status = 'running' OR ({_ALL_ANSWERED})) "
     "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
-    f"RETURNING {RUN}"
+    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = %(owner)s, "
+    "lease_expires = %(expires)s FROM pick WHERE runs.seq = pick.picked "
+    f"RETURNING {', '.join('runs.' + c for c in RUN.split(', '))}, pick.was"
 )
-"""Lease the oldest claimable run, skipping rows another worker's claim has locked."""
+"""Lease the oldest claimable run, skipping rows another worker's claim has locked; also
+return the lease expiry it had (`was`)."""
 
 DECIDE = (
     "WITH run AS (SELECT run_id FROM runs WHERE run_id = %(run_id)s FOR UPDATE), "
@@ -135,3 +139,14 @@ DECIDE = (
     "WHERE %(kind)s::text IS NOT NULL) "
     "SELECT dec.*, pg_notify(%(channel)s, dec.run_id) FROM dec"
 )
+
+ADD_SAMPLES = (
+    "INSERT INTO samples (run_id, task, grader, score, passed, detail, error, created_at) "
+    "SELECT s.run_id, s.task, s.grader, s.score, s.passed, s.detail, s.error, s.created_at "
+    "FROM ROWS FROM (json_to_recordset(%s::json) AS (run_id text, task text, grader text, "
+    "score float8, passed boolean, detail text, error text, created_at float8)) "
+    "WITH ORDINALITY AS s(run_id, task, grader, score, passed, detail, error, created_at, ord) "
+    "ORDER BY s.ord ON CONFLICT (run_id, grader) DO NOTHING"
+)
+"""Samples in one statement; a `(run_id, grader)` already stored (or earlier in the batch) is
+skipped."""

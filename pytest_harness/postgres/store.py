@@ -42,9 +42,12 @@ from pytest_harness.store.base import (
     NewApproval,
     NewRun,
     RunRecord,
+    Sample,
     already_answered,
     check_control,
     check_decision,
+    check_limit,
+    check_samples,
     encode_json,
     parse_cursor,
     stale_token,
@@ -449,7 +452,7 @@ class PostgresStore:
         exclude: Collection[str] = (),
         now: float | None = None,
         grace: float = 0.0,
-    ) -> RunRecord | None:
+    ) -> tuple[RunRecord, float | None] | None:
         """Lease the oldest claimable run of `tasks` to `owner` (`FOR UPDATE SKIP LOCKED`)."""
         if not grace >= 0:
             raise ValueError(f"grace must be zero or more seconds, got {grace!r}")
@@ -468,7 +471,7 @@ class PostgresStore:
                 "grace": grace,
             },
         )
-        return _record(rows[0]) if rows else None
+        return (_record(rows[0]), rows[0][16]) if rows else None
 
     # -- the boundary write -----------------------------------------------------------------
 
@@ -713,6 +716,72 @@ class PostgresStore:
             {"now": time.time() if now is None else now, "grace": grace},
         )
         return [row[0] for row in rows]
+
+    # -- online eval samples ----------------------------------------------------------------
+
+    async def add_samples(self, samples: Sequence[Sample]) -> None:
+        """Insert the samples in one statement; a `(run_id, grader)` already stored is skipped."""
+        if not samples:
+            return
+        check_samples(samples)
+        rows = encode_json(
+            [
+                {
+                    "run_id": s.run_id,
+                    "task": s.task,
+                    "grader": s.grader,
+                    "score": None if s.score is None else float(s.score),
+                    "passed": bool(s.passed),
+                    "detail": s.detail,
+                    "error": s.error,
+                    "created_at": s.created_at,
+                }
+                for s in samples
+            ],
+            f"{len(samples)} eval sample(s)",
+        )
+        await self._q(f"store {len(samples)} eval sample(s)", q.ADD_SAMPLES, (rows,))
+
+    async def samples(
+        self,
+        *,
+        task: str | None = None,
+        grader: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = 100,
+    ) -> list[Sample]:
+        """Stored samples, newest first, filtered."""
+        check_limit(limit)
+        where: list[str] = []
+        params: list[Any] = []
+        for clause, value in (
+            ("task = %s", task),
+            ("grader = %s", grader),
+            ("created_at >= %s", since),
+            ("created_at < %s", until),
+        ):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        query = "SELECT run_id, task, grader, score, passed, detail, error, created_at FROM samples"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY created_at DESC, seq DESC LIMIT %s"
+        params.append(limit)
+        return [
+            Sample(
+                run_id=row[0],
+                task=row[1],
+                grader=row[2],
+                score=row[3],
+                passed=bool(row[4]),
+                detail=row[5],
+                error=row[6],
+                created_at=row[7],
+            )
+            for row in await self._q("read eval samples", query, params)
+        ]
 
     # -- following --------------------------------------------------------------------------
 

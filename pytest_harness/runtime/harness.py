@@ -494,18 +494,19 @@ class Harness:
         """
         await self._open()
         lease = self.spec.document.state.lease
-        record = await self.store.claim_run(
+        claim = await self.store.claim_run(
             self.owner,
             lease,
             tasks=list(self._tasks if self._tasks is not None else self.plans.tasks),
             exclude={*self._driving, *skip},
             grace=lease,
         )
-        if record is None:
+        if claim is None:
             return None
+        record, previous = claim
         if on_claim is not None:
             on_claim(record)
-        return await self._drive(record, claimed=True)
+        return await self._drive(record, claimed=True, previous_expiry=previous)
 
     def stop_driving(self) -> None:
         """Make every run this harness drives stop at its next clean boundary (shutdown).
@@ -691,6 +692,7 @@ class Harness:
         *,
         created: bool = False,
         claimed: bool = False,
+        previous_expiry: float | None = None,
         history: list[Message] | None = None,
         control_only: bool = False,
         resolution: tuple[str, str, Any, str | None] | None = None,
@@ -713,8 +715,10 @@ class Harness:
         lease = self.spec.document.state.lease
         if run_id in self._driving:
             raise RunBusy(run_id, self.owner, max(0.0, (record.lease_expires or 0) - time.time()))
-        # The previous holder renewed its lease last at about `lease_expires - lease`.
-        last_alive = None if record.lease_expires is None else record.lease_expires - lease
+        # The previous holder renewed its lease last at about `lease_expires - lease` (for a
+        # claimed run, the expiry it had before the claim).
+        expiry = previous_expiry if claimed else record.lease_expires
+        last_alive = None if expiry is None else expiry - lease
         self._driving.add(run_id)
         try:
             token = record.lease_token

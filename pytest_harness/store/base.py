@@ -353,16 +353,20 @@ class Store(Protocol):
         exclude: Collection[str] = (),
         now: float | None = None,
         grace: float = 0.0,
-    ) -> RunRecord | None:
-        """Lease the oldest claimable run to `owner` for `ttl` seconds and return it, or None.
+    ) -> tuple[RunRecord, float | None] | None:
+        """Lease the oldest claimable run to `owner` for `ttl` seconds, or return None.
+
+        Returns the run as stored after the claim (its new lease and fencing token) and the
+        lease expiry it had before (None when nobody held it): when its last worker was last
+        known alive.
 
         Claimable: a run of one of `tasks`, not in `exclude`, with no live lease at `now`,
         that is either `running` (as `expired_runs` lists) or `awaiting_approval` with every
         approval answered, the last at or before `now - grace` (its answerer died before
         resuming it: DESIGN §10, liveness). One atomic write (Postgres: `FOR UPDATE SKIP
-        LOCKED`), so workers claiming at once each get a different run, and the returned
-        record carries the new fencing token. This is how `recover()` and `worker` split
-        interrupted runs between workers. `ValueError` when `ttl` is not positive.
+        LOCKED`), so workers claiming at once each get a different run. This is how
+        `recover()` and `worker` split interrupted runs between workers. `ValueError` when
+        `ttl` is not positive.
         """
         ...
 

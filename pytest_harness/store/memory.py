@@ -452,7 +452,7 @@ class MemoryStore:
         exclude: Collection[str] = (),
         now: float | None = None,
         grace: float = 0.0,
-    ) -> RunRecord | None:
+    ) -> tuple[RunRecord, float | None] | None:
         """Lease the oldest claimable run of `tasks` to `owner`; None when there is none."""
         if not ttl > 0:
             raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
@@ -469,10 +469,11 @@ class MemoryStore:
                 )
                 and (run.status == "running" or self._answered(run, moment - grace))
             ):
+                previous = run.lease_expires if run.lease_owner is not None else None
                 run.lease_token += 1
                 run.lease_owner = owner
                 run.lease_expires = time.time() + ttl
-                return run.record()
+                return run.record(), previous
         return None
 
     def _answered(self, run: _Run, by: float) -> bool:

@@ -252,21 +252,28 @@ _ACQUIRE = (
     "WHERE run_id = :run_id AND (lease_owner IS NULL OR lease_owner = :owner "
     "OR lease_expires IS NULL OR lease_expires <= :now) RETURNING lease_token"
 )
-_CLAIM = (
-    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = :owner, "
-    "lease_expires = :expires WHERE seq = (SELECT r.seq FROM runs r "
-    "WHERE (r.lease_owner IS NULL OR r.lease_expires IS NULL OR r.lease_expires <= :now) "
+_CLAIMABLE = (
+    "(r.lease_owner IS NULL OR r.lease_expires IS NULL OR r.lease_expires <= :now) "
     "AND r.task IN (SELECT value FROM json_each(:tasks)) "
     "AND r.run_id NOT IN (SELECT value FROM json_each(:exclude)) "
     "AND (r.status = 'running' OR (r.status = 'awaiting_approval' "
     "AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.run_id = r.run_id "
     "AND p.status = 'pending') "
     "AND (SELECT max(a.decided_at) FROM approvals a WHERE a.run_id = r.run_id) "
-    "<= :now - :grace)) ORDER BY r.seq LIMIT 1) "
-    f"RETURNING {_RUN}"
+    "<= :now - :grace))"
 )
-"""Lease the oldest claimable run: `running` with no live lease, or `awaiting_approval` with
-every approval answered (none pending, at least one: `max` of none is NULL) long enough ago."""
+"""A run `claim_run` may take: `running` with no live lease, or `awaiting_approval` with every
+approval answered (none pending, at least one: `max` of none is NULL) long enough ago."""
+_CLAIM_PICK = (
+    f"SELECT r.seq, CASE WHEN r.lease_owner IS NULL THEN NULL ELSE r.lease_expires END "
+    f"FROM runs r WHERE {_CLAIMABLE} ORDER BY r.seq LIMIT 1"
+)
+_CLAIM = (
+    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = :owner, "
+    f"lease_expires = :expires WHERE seq = :seq AND seq IN (SELECT r.seq FROM runs r "
+    f"WHERE {_CLAIMABLE}) RETURNING {_RUN}"
+)
+"""Take the picked run, if it is still claimable (another writer may have taken it since)."""
 _RENEW = (
     "UPDATE runs SET lease_expires = ? "
     "WHERE run_id = ? AND lease_token = ? AND lease_owner IS NOT NULL RETURNING 1"
@@ -946,24 +953,33 @@ class SQLiteStore:
         exclude: Collection[str] = (),
         now: float | None = None,
         grace: float = 0.0,
-    ) -> RunRecord | None:
-        """Lease the oldest claimable run of `tasks` to `owner` in one `UPDATE`; or None."""
+    ) -> tuple[RunRecord, float | None] | None:
+        """Lease the oldest claimable run of `tasks` to `owner`; or None.
+
+        The pick is read first, then taken by one `UPDATE` that checks again that it is
+        claimable (SQLite serializes writers, so a run is never taken twice).
+        """
         if not ttl > 0:
             raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
-        rows = await self._q(
-            "claim an interrupted run",
-            _CLAIM,
-            {
+        for _ in range(10):
+            params = {
                 "owner": owner,
                 "expires": time.time() + ttl,
                 "now": time.time() if now is None else now,
                 "tasks": encode_json([_text(t) for t in tasks], "task names"),
                 "exclude": encode_json(list(exclude), "run ids"),
                 "grace": grace,
-            },
-            write=True,
+            }
+            picked = await self._q("claim an interrupted run", _CLAIM_PICK, params)
+            if not picked:
+                return None
+            params["seq"], previous = picked[0]
+            rows = await self._q("claim an interrupted run", _CLAIM, params, write=True)
+            if rows:
+                return _record(rows[0]), previous
+        raise StoreError(  # pragma: no cover - needs ten lost races in a row
+            f"sqlite store {self.path}: cannot claim a run: other workers kept taking them; retry"
         )
-        return _record(rows[0]) if rows else None
 
     async def expired_runs(self, *, now: float | None = None) -> list[str]:
         """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""

@@ -803,10 +803,13 @@ async def test_claim_run_leases_the_oldest_claimable_run(store: Store) -> None:
     never, _ = await store.create_run(new_run())
     await store.acquire_lease(live.run_id, "w1", 30)
     old = await store.acquire_lease(expired.run_id, "w1", 0.05)
+    was = (await store.get_run(expired.run_id)).lease_expires
     await store.commit(done.run_id, 0, status="completed", state={})
     await asyncio.sleep(0.1)
-    claimed = await store.claim_run("w2", 30, tasks=["orders"])
-    assert claimed is not None and claimed.run_id == expired.run_id
+    claim = await store.claim_run("w2", 30, tasks=["orders"])
+    assert claim is not None
+    claimed, previous = claim
+    assert claimed.run_id == expired.run_id and previous == was
     assert (claimed.lease_owner, claimed.lease_token) == ("w2", old + 1)
     assert claimed.lease_expires is not None and claimed.lease_expires > time.time() + 29
     assert await store.get_run(expired.run_id) == claimed
@@ -814,12 +817,13 @@ async def test_claim_run_leases_the_oldest_claimable_run(store: Store) -> None:
         await store.commit(expired.run_id, old, status="running", state={})
     assert await store.claim_run("w2", 30, tasks=["orders"], exclude=[never.run_id]) is None
     second = await store.claim_run("w3", 30, tasks=["orders", "billing"])
-    assert second is not None and second.run_id == other_task.run_id
+    assert second is not None and second[0].run_id == other_task.run_id
     third = await store.claim_run("w3", 30, tasks=["orders", "billing"])
-    assert third is not None and (third.run_id, third.lease_token) == (never.run_id, 1)
+    assert third is not None and third[1] is None  # nobody held it before
+    assert (third[0].run_id, third[0].lease_token) == (never.run_id, 1)
     assert await store.claim_run("w3", 30, tasks=["orders", "billing"]) is None
     later = await store.claim_run("w4", 30, tasks=["orders"], now=time.time() + 60)
-    assert later is not None and later.run_id == live.run_id
+    assert later is not None and later[0].run_id == live.run_id
     with pytest.raises(ValueError, match="ttl"):
         await store.claim_run("w4", 0, tasks=["orders"])
 
@@ -839,9 +843,9 @@ async def test_claim_run_takes_a_run_whose_approvals_were_all_answered(store: St
         )
     # Within the grace the answering process may still resume it itself.
     assert await store.claim_run("w1", 30, tasks=["orders"], grace=60) is None
-    claimed = await store.claim_run("w1", 30, tasks=["orders"], now=time.time() + 61, grace=60)
-    assert claimed is not None and claimed.run_id == answered
-    assert (claimed.status, claimed.lease_owner) == ("awaiting_approval", "w1")
+    claim = await store.claim_run("w1", 30, tasks=["orders"], now=time.time() + 61, grace=60)
+    assert claim is not None and claim[0].run_id == answered
+    assert (claim[0].status, claim[0].lease_owner) == ("awaiting_approval", "w1")
     assert await store.claim_run("w2", 30, tasks=["orders"]) is None  # w1's lease is live
     assert unanswered and half  # never claimable while an approval is pending
 
@@ -851,9 +855,9 @@ async def test_concurrent_claims_never_share_a_run(store: Store) -> None:
     claims = await asyncio.gather(
         *(store.claim_run(f"w{i}", 30, tasks=["orders"]) for i in range(10))
     )
-    got = [c.run_id for c in claims if c is not None]
+    got = [c[0].run_id for c in claims if c is not None]
     assert sorted(got) == sorted(made)
-    owners = {c.run_id: c.lease_owner for c in claims if c is not None}
+    owners = {c[0].run_id: c[0].lease_owner for c in claims if c is not None}
     for run_id in made:
         assert (await store.get_run(run_id)).lease_owner == owners[run_id]
 
