@@ -42,7 +42,7 @@ def _postgres(state: StateSpec, spec: Spec) -> Store:
     try:
         store_class = _store_class()
     except StoreError as exc:
-        raise spec.error(f"state.use postgres: {exc}", ("state", "use")) from None
+        raise spec.error(str(exc), ("state", "use")) from None
     try:
         return store_class(
             dsn,
