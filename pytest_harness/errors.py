@@ -14,8 +14,9 @@ HarnessError
 ├── ModelError              a model provider failed (rate limit, server error, timeout, refusal)
 │   └── ModelTruncated      an answer was cut at its token limit (`on_truncation: fail`)
 ├── StoreError              the store cannot do what was asked (locked, stale lease, full disk)
-├── ArchiveError            a recording archive is malformed
+├── ArchiveError            a recording file or `.hx` archive is malformed or over a limit
 ├── ReplayDiverged          a replay asked for something its recording lacks
+├── RecordingError          the flight recorder cannot record (a journal write keeps failing)
 └── RunError                raised by `RunResult.raise_for_status()`; carries `.result`
     ├── RunFailed
     ├── RunAwaitingInput
@@ -42,6 +43,7 @@ __all__ = [
     "LiveModelBlocked",
     "ModelError",
     "ModelTruncated",
+    "RecordingError",
     "ReplayDiverged",
     "ResolutionError",
     "RunAwaitingInput",
@@ -215,7 +217,15 @@ class ModelTruncated(ModelError):
 
 
 class StoreError(HarnessError):
-    """The store could not do what was asked; nothing partial was written."""
+    """The store could not do what was asked; nothing partial was written.
+
+    `.stale` is true when the write was fenced off by a newer lease token: retrying it cannot
+    succeed (another worker drives the run now).
+    """
+
+    def __init__(self, message: str, *, stale: bool = False) -> None:
+        self.stale = stale
+        super().__init__(message)
 
 
 class ArchiveError(HarnessError):
@@ -234,6 +244,15 @@ class ReplayDiverged(HarnessError):
         self.expected = expected
         self.actual = actual
         super().__init__(reason)
+
+
+class RecordingError(HarnessError):
+    """A recorded run cannot write its journal: the boundary did not advance.
+
+    Raised when a journal write still fails after retries (each retry keeps the entries' ids,
+    so no boundary is written twice), or when a recording setting conflicts with the one a
+    session or run saved (recording is never turned on for a run that did not record).
+    """
 
 
 class RunError(HarnessError):

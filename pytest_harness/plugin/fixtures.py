@@ -381,7 +381,7 @@ async def _recordings(harness: Harness, *, recorded: bool) -> list[Recording | N
         if not recorded:
             out.append(None)
             continue
-        recording = Recording.from_run(await harness.store.get_run(summary.run_id))
+        recording = await Recording.from_store(harness.store, summary.run_id)
         if harness.evals is not None:  # golden files keep the grades of the online evals
             from pytest_harness.evals.replay import with_grades
 

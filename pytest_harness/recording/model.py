@@ -4,13 +4,14 @@ A recording holds the run's input, principal, tenant and labels, the conversatio
 before it, every model turn (the request's digest, and its content while it is in the store)
 with the answer used, every tool result, every approval decision, and the outcome: status,
 output, error, limit, usage and trace; and the grades of the spec's online eval graders on that
-outcome, when it has any (`grades`, written by `evals.replay`). It is built from a recorded
-run in the store (`Recording.from_run`) or loaded from a golden file (`Recording.load`).
+outcome, when it has any (`grades`, written by `evals.replay`). It is derived from a recorded
+run's journal, the one source of truth (`Recording.from_store`, `Recording.from_journal`), or
+loaded from a golden file or a `.hx` archive exported with payloads (`Recording.load`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from pytest_harness.errors import HarnessError
 from pytest_harness.redaction import redact, stable_ids
 from pytest_harness.runtime.trace import Trace
-from pytest_harness.store.base import RunRecord
+from pytest_harness.store.base import JournalEntry, RunRecord, Store
 
 __all__ = ["ApprovalDecision", "ModelTurn", "Recording", "ToolResult"]
 
@@ -97,52 +98,144 @@ class Recording:
     """The file it was loaded from, if any."""
 
     @classmethod
-    def from_run(cls, record: RunRecord) -> Recording:
-        """The recording of a stored run; `HarnessError` when the run was not recorded."""
-        state = record.state
-        rec = state.get("rec")
-        if not rec:
+    async def from_store(cls, store: Store, run_id: str) -> Recording:
+        """The recording of a stored run, derived from its journal.
+
+        `HarnessError` when the run was not recorded.
+        """
+        record = await store.get_run(run_id)
+        if not record.record:
             raise HarnessError(
-                f"run {record.run_id} was not recorded: start runs with state.record: true "
+                f"run {run_id} was not recorded: start runs with state.record: true "
                 "(or load(..., record=True)) to replay them"
             )
-        return cls(
-            task=record.task,
-            input=record.input,
-            principal=dict(record.principal),
-            tenant=record.tenant,
-            labels=dict(record.labels),
-            spec_digest=str(rec.get("spec_digest") or ""),
-            history=tuple(rec.get("history") or ()),
-            system=rec.get("system"),
-            tool_schemas=(None if rec.get("tool_schemas") is None else tuple(rec["tool_schemas"])),
-            model_turns=tuple(
-                ModelTurn(
-                    model=t["model"],
-                    digest=t["digest"],
-                    answer=t["answer"],
-                    request=t["request"],
-                    parts=t.get("parts"),
+        return cls.from_journal(await store.journal(run_id), record=record)
+
+    @classmethod
+    def from_journal(
+        cls,
+        entries: Iterable[JournalEntry | Mapping[str, Any]],
+        *,
+        record: RunRecord | None = None,
+        outcome: Mapping[str, Any] | None = None,
+    ) -> Recording:
+        """Derive a recording from a run's journal entries (stored ones, or archive records).
+
+        The run's input comes from `run.started`, the model turns from each attempt that got
+        an answer or an error, the tool results from every invoked call and every resolution,
+        the approvals from the decisions the run took in. The outcome is the run's state when
+        `record` is given, else `outcome`, else the last `checkpoint` entry. `HarnessError`
+        when there is no `run.started` entry.
+        """
+        started: Mapping[str, Any] | None = None
+        run_id: str | None = record.run_id if record is not None else None
+        requests: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        turns: list[ModelTurn] = []
+        tools: list[ToolResult] = []
+        approvals: list[ApprovalDecision] = []
+        checkpoint: Mapping[str, Any] | None = None
+        for item in entries:
+            entry = item.to_dict() if isinstance(item, JournalEntry) else item
+            kind, payload = entry["kind"], entry["payload"]
+            attempt = entry.get("attempt_id")
+            if kind == "run.started":
+                started, run_id = payload, run_id or entry.get("run_id")
+            elif kind == "model.started":
+                requests[attempt] = (payload["model"], payload)
+            elif kind in ("model.response", "model.failed") and attempt in requests:
+                model, request = requests.pop(attempt)
+                if kind == "model.response":
+                    answer = payload["answer"]
+                elif "error" in payload:
+                    answer = {"error": payload["error"], "message": payload["message"]}
+                else:
+                    continue  # not a model error: the run failed, no turn was taken
+                turns.append(
+                    ModelTurn(
+                        model=model,
+                        digest=request["digest"],
+                        answer=answer,
+                        request=request.get("request"),
+                        parts=request.get("parts"),
+                    )
                 )
-                for t in rec.get("models") or ()
+            elif (kind in ("tool.returned", "tool.failed") and payload.get("invoked")) or (
+                kind == "tool.resolved" and payload.get("how") in ("result", "abort")
+            ):
+                tools.append(
+                    ToolResult(
+                        name=payload["name"], args=payload["args"], outcome=payload["outcome"]
+                    )
+                )
+            elif kind == "tool.resolved" and payload.get("how") == "approval":
+                approvals.append(
+                    ApprovalDecision(
+                        tool=payload["tool"],
+                        args=payload["args"],
+                        rule=payload.get("rule"),
+                        decision=payload["decision"],
+                        approver=payload["approver"],
+                        reason=payload.get("reason"),
+                    )
+                )
+            elif kind == "checkpoint":
+                checkpoint = payload
+        if started is None:
+            raise HarnessError(
+                f"the journal of run {run_id or '(unknown)'} has no run.started entry: "
+                "it cannot be replayed"
+            )
+        if record is not None:
+            state = record.state
+            final: Mapping[str, Any] = {
+                "status": record.status,
+                "output": state.get("output"),
+                "error": state.get("error"),
+                "limit": state.get("limit"),
+                "usage": state.get("usage") or {},
+                "trace": state.get("trace") or [],
+            }
+        else:
+            final = outcome or checkpoint or {"status": "running"}
+        return cls(
+            task=started["task"],
+            input=started["input"],
+            principal=dict(started["principal"]),
+            tenant=started.get("tenant"),
+            labels=dict(started.get("labels") or {}),
+            spec_digest=str(started.get("spec_digest") or ""),
+            history=tuple(started.get("history") or ()),
+            system=started.get("system"),
+            tool_schemas=(
+                None if started.get("tool_schemas") is None else tuple(started["tool_schemas"])
             ),
-            tool_results=tuple(ToolResult(**t) for t in rec.get("tools") or ()),
-            approvals=tuple(ApprovalDecision(**a) for a in rec.get("approvals") or ()),
-            status=record.status,
-            output=state.get("output"),
-            error=state.get("error"),
-            limit=state.get("limit"),
-            usage=dict(state.get("usage") or {}),
-            trace=Trace.from_list(state.get("trace") or []),
-            run_id=record.run_id,
+            model_turns=tuple(turns),
+            tool_results=tuple(tools),
+            approvals=tuple(approvals),
+            status=str(final["status"]),
+            output=final.get("output"),
+            error=final.get("error"),
+            limit=final.get("limit"),
+            usage=dict(final.get("usage") or {}),
+            trace=Trace.from_list(list(final.get("trace") or [])),
+            run_id=run_id,
         )
 
     @classmethod
     def load(cls, path: str | Path) -> Recording:
-        """Load a golden recording file (`.yaml`); `ArchiveError` when it is malformed."""
+        """Load a golden recording file (`.yaml`) or a `.hx` archive exported with payloads.
+
+        `ArchiveError` when it is malformed, or when the archive holds no payloads (it was
+        exported metadata-only) and so cannot be replayed.
+        """
+        path = Path(path)
+        if path.suffix == ".hx":
+            from pytest_harness.archive.reader import recording_from_archive
+
+            return recording_from_archive(path)
         from pytest_harness.recording.golden import read_recording
 
-        return read_recording(Path(path))
+        return read_recording(path)
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the recording as a golden file, atomically.

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from pytest_harness.errors import ApprovalDenied, ArchiveError, HarnessError, ReplayDiverged
+from pytest_harness.errors import ApprovalDenied, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
 from pytest_harness.recording.model import Recording
 from pytest_harness.redaction import comparable
@@ -51,11 +51,8 @@ async def load_source(harness: Harness, source: str | os.PathLike[str] | Recordi
     text = os.fspath(source)
     if text.startswith("run_") and not Path(text).exists():
         # what leaves the store is redacted, the same way as a golden file
-        return Recording.from_run(await harness.store.get_run(text)).redacted()
-    path = Path(text)
-    if path.suffix == ".hx":
-        raise ArchiveError(f"{path}: .hx archives are not supported yet; export a .yaml recording")
-    return Recording.load(path)
+        return (await Recording.from_store(harness.store, text)).redacted()
+    return Recording.load(Path(text))
 
 
 TOOL_MODES = ("safe",)
@@ -100,7 +97,8 @@ async def replay(
     )
     divergence: Divergence | None = None
     async with twin:
-        record, _ = await twin._create(
+        history = [cast(Message, dict(m)) for m in recording.history]
+        record, _, _ = await twin._create(
             recording.task,
             recording.input,
             Principal.from_dict(dict(recording.principal)),
@@ -108,9 +106,9 @@ async def replay(
             None,
             recording.labels,
             None,
+            history=history,
         )
         try:
-            history = [cast(Message, dict(m)) for m in recording.history]
             result = await twin._drive(record, created=True, history=history)
             result = await _answer_approvals(twin, tape, result)
         except ReplayDiverged as exc:
@@ -125,18 +123,7 @@ async def replay(
                 ),
             )
             result = await twin.result(record.run_id)
-        stored = await twin.store.get_run(record.run_id)
-        if stored.state.get("rec"):
-            replayed = Recording.from_run(stored)
-        else:  # it diverged before its first commit (at its first model request)
-            replayed = Recording(
-                task=recording.task,
-                input=recording.input,
-                principal=recording.principal,
-                tenant=recording.tenant,
-                labels=recording.labels,
-                status=result.status.value,
-            )
+        replayed = await Recording.from_store(twin.store, record.run_id)
     recorded_trace, replayed_trace = recording.trace, result.trace
     if tools is not None:
         # Real tool results are raw, a golden file's are redacted: compare both redacted.

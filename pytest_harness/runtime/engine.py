@@ -49,6 +49,7 @@ from pytest_harness.errors import (
     HarnessError,
     LiveModelBlocked,
     ModelError,
+    RecordingError,
     ReplayDiverged,
     StoreError,
 )
@@ -64,6 +65,7 @@ from pytest_harness.redaction import comparable
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.guards import GuardContext, apply_guards
+from pytest_harness.runtime.journal import Journal, write_with_retries
 from pytest_harness.runtime.plan import ModelLink, TaskPlan
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
@@ -85,7 +87,14 @@ from pytest_harness.runtime.truncation import (
     truncation_error,
 )
 from pytest_harness.spec.schema import Effect, OnTruncation, ReplayPolicy
-from pytest_harness.store.base import ApprovalRow, EventDraft, NewApproval, RunRecord, Store
+from pytest_harness.store.base import (
+    ApprovalRow,
+    EventDraft,
+    NewApproval,
+    RunRecord,
+    Store,
+    StoredArtifact,
+)
 from pytest_harness.tools.context import ToolContext
 
 if TYPE_CHECKING:
@@ -175,8 +184,6 @@ class DriveContext:
     owner: str
     lease: float
     renew: bool
-    record: bool = False
-    """Record new runs (a run keeps the choice it started with)."""
     keep_requests: bool = True
     """Keep each recorded model request's content, not only its digest."""
     spec_digest: str = ""
@@ -199,6 +206,7 @@ class Driver:
         *,
         interrupted: bool = False,
         last_alive: float | None = None,
+        resumed: bool = False,
     ) -> None:
         self.ctx = ctx
         self.plan = plan
@@ -222,6 +230,8 @@ class Driver:
         """Why the next model request replaces an earlier attempt (`interrupted`, `retry`)."""
         self._streamed: str | None = None
         """The last attempt that streamed text."""
+        self._last_attempt: str | None = None
+        """The id of the last model attempt that ended (its later entries carry it)."""
         self._started = time.monotonic()
         self._elapsed0 = self.state.elapsed
         waiting = self.state.waiting
@@ -232,6 +242,40 @@ class Driver:
             waiting["carried"] = float(waiting.get("carried", 0.0)) + max(
                 0.0, alive - float(waiting["since"])
             )
+        self.journal = Journal(record.record)
+        """The flight recorder's notes for the next commit (none when the run does not record)."""
+        if resumed:
+            self._note_resume(record.status)
+
+    def _note_resume(self, status: str) -> None:
+        """Journal the resume, and the attempts a stopped worker left without an outcome."""
+        note = self.journal.note
+        state = self.state
+        note("run.resumed", {"status": status, "interrupted": self.interrupted}, step=state.steps)
+        if not self.interrupted:
+            return
+        attempt = state.attempt
+        if attempt is not None:
+            note(
+                "model.interrupted",
+                {"model": attempt.get("model"), "reason": "the worker stopped during the call"},
+                step=state.steps + 1,
+                attempt_id=attempt.get("id"),
+            )
+            state.attempt = None
+        for call in state.calls:
+            if call.get("status") == "dispatched":
+                note(
+                    "tool.interrupted",
+                    {
+                        "name": call["name"],
+                        "attempt": call["attempt"],
+                        "reason": "the worker stopped before the result was committed",
+                    },
+                    step=state.steps,
+                    attempt_id=call.get("attempt_id"),
+                    execution_key=call["key"],
+                )
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -243,7 +287,7 @@ class Driver:
             renewer = asyncio.create_task(self._renew_lease())
         try:
             return await self._loop()
-        except (StoreError, ReplayDiverged, DriveStopped, asyncio.CancelledError):
+        except (StoreError, RecordingError, ReplayDiverged, DriveStopped, asyncio.CancelledError):
             raise
         except Exception as exc:  # a bug in a plugin or in user code outside a tool
             return await self._end(
@@ -263,24 +307,6 @@ class Driver:
         elif self.interrupted and self._model_next():
             self._reset = "interrupted"
         if state.phase == "start":
-            if self.ctx.record:
-                state.rec = {
-                    "spec_digest": self.ctx.spec_digest,
-                    "history": list(self.history),
-                    # kept once: every request of the run has this prompt and these schemas
-                    "system": self.plan.spec.prompt,
-                    "tool_schemas": [
-                        {
-                            "name": t.name,
-                            "description": t.description,
-                            "parameters": dict(t.parameters),
-                        }
-                        for t in self.plan.schemas
-                    ],
-                    "models": [],
-                    "tools": [],
-                    "approvals": [],
-                }
             refused = await self._check_input()
             if refused is not None:
                 return refused
@@ -328,6 +354,7 @@ class Driver:
         self._spend(link, response.usage.input_tokens, response.usage.output_tokens)
         state.steps += 1
         step = state.steps
+        self._note_model("model.completed", link, {"usage": _answer(response)["usage"]})
         calls = [{"name": c.name, "args": dict(c.args)} for c in response.calls]
         detail: dict[str, Any] = {"text": response.text, "calls": calls}
         if response.incomplete:
@@ -356,10 +383,14 @@ class Driver:
             outcome = apply_guards(self.plan.guards, text, self._guard_context("output"), step=step)
             self._decide(*outcome.decisions)
             if outcome.blocked_by is not None:
+                self._note_model(
+                    "model.processed", link, {"text": None, "blocked_by": outcome.blocked_by}
+                )
                 return await self._end(
                     RunStatus.REFUSED, error={"type": "GuardBlocked", "message": outcome.reason}
                 )
             text = outcome.text
+        self._note_model("model.processed", link, {"text": text, "calls": calls})
         message: Message = {"role": "assistant", "content": text}
         if response.calls:
             message["tool_calls"] = [
@@ -454,6 +485,8 @@ class Driver:
                 )
             )
             self._reset = None
+        if self.journal.recording:
+            await self._start_attempt(link, request)
         try:
             if link.spec.first_event_timeout is None:
                 response: ModelResponse = await self._within_deadline(
@@ -461,21 +494,31 @@ class Driver:
                 )
             else:
                 response = await self._timed_attempt(link, request, arrived)
+        except _Deadline:
+            self._end_attempt(
+                "model.interrupted", link, {"reason": "the run's deadline passed during the call"}
+            )
+            raise
         except ModelError as exc:
             state.turns[link.name] = request.turn + 1
             failed: dict[str, Any] = {"error": exc.kind, "message": str(exc)}
             if exc.usage is not None:  # the failed answer said what it cost: count it
                 self._spend(link, *exc.usage)
                 failed["usage"] = {"input_tokens": exc.usage[0], "output_tokens": exc.usage[1]}
-            self._record_turn(link, request, failed)
+            self._end_attempt("model.failed", link, failed)
             self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
             if exc.kind in _UNKNOWN_CHARGE and exc.usage is None:
                 state.usage_incomplete = True
             if self._streamed == request.attempt_id:
                 self._reset = "retry"  # its text was streamed: the next attempt replaces it
             raise
+        except Exception as exc:
+            self._end_attempt(
+                "model.failed", link, {"exception": type(exc).__name__, "message": str(exc)}
+            )
+            raise
         state.turns[link.name] = request.turn + 1
-        self._record_turn(link, request, _answer(response))
+        self._end_attempt("model.response", link, {"answer": _answer(response)})
         return response
 
     async def _timed_attempt(
@@ -529,6 +572,52 @@ class Driver:
     def _clock(self, model: str) -> dict[str, float]:
         """The retry and first-event figures of `model` in this run's state."""
         return self.state.clocks.setdefault(model, {})
+
+    async def _start_attempt(self, link: ModelLink, request: ModelRequest) -> None:
+        """Commit `model.started` (the request, before the provider is called) with the state.
+
+        The state committed is the one the attempt starts from, so a worker that resumes after
+        a crash during the call asks again from the same point (with a new attempt id), and
+        the attempt it lost is journaled as `model.interrupted`.
+        """
+        content = request.content()
+        seen = comparable(content)  # one scan for the whole request and its parts
+        self.state.attempt = {"id": request.attempt_id, "model": link.name}
+        self.journal.note(
+            "model.started",
+            {
+                "model": link.name,
+                "turn": request.turn,
+                # digests of the redacted request, so golden files compare equal: whole,
+                # and part by part, so a replay can say which part changed
+                "digest": content_digest(seen),
+                "parts": {part: content_digest(seen[part]) for part in PARTS},
+                "request": content if self.ctx.keep_requests else None,
+            },
+            step=self.state.steps + 1,
+            attempt_id=request.attempt_id,
+        )
+        await self._commit([], phase=Boundary.MODEL_STARTED)
+
+    def _end_attempt(self, kind: str, link: ModelLink, payload: dict[str, Any]) -> None:
+        attempt = self.state.attempt
+        self.state.attempt = None
+        self.journal.note(
+            kind,
+            {"model": link.name, **payload},
+            step=self.state.steps + 1,
+            attempt_id=None if attempt is None else attempt.get("id"),
+        )
+        if attempt is not None:
+            self._last_attempt = attempt.get("id")
+
+    def _note_model(self, kind: str, link: ModelLink, payload: dict[str, Any]) -> None:
+        self.journal.note(
+            kind,
+            {"model": link.name, **payload},
+            step=self.state.steps,
+            attempt_id=self._last_attempt,
+        )
 
     def _request(self, link: ModelLink, arrived: asyncio.Event) -> ModelRequest:
         attempt_id = f"att_{uuid.uuid4().hex}"
@@ -594,6 +683,12 @@ class Driver:
                 "status": "planned",
                 "attempt": 0,
             }
+            self.journal.note(
+                "tool.started",
+                {"name": proposed.name, "args": dict(proposed.args), "call_id": proposed.id},
+                step=step,
+                execution_key=key,
+            )
             if proposed.name not in self.plan.tools:
                 call["verdict"] = "unknown"
             else:
@@ -630,6 +725,18 @@ class Driver:
                                 requested_by=self.principal.id,
                                 self_approve=rule.self_approve,
                             )
+                        )
+                        self.journal.note(
+                            "approval.requested",
+                            {
+                                "approval_id": entry["approval_id"],
+                                "tool": proposed.name,
+                                "args": dict(proposed.args),
+                                "rule": rule.id,
+                                "approvers": list(rule.approvers),
+                            },
+                            step=step,
+                            execution_key=key,
                         )
             state.calls.append(call)
         state.phase = "tools"
@@ -701,8 +808,17 @@ class Driver:
         if remaining is not None and remaining <= 0:
             return await self._limit_deadline()
         previous = call["status"]
+        previous_attempt_id = call.get("attempt_id")
         call["status"] = "dispatched"
         call["attempt"] += 1
+        call["attempt_id"] = f"att_{uuid.uuid4().hex}"
+        self.journal.note(
+            "tool.dispatched",
+            {"name": call["name"], "args": call["args"], "attempt": call["attempt"]},
+            step=state.steps,
+            attempt_id=call["attempt_id"],
+            execution_key=call["key"],
+        )
         await self._commit(
             [
                 EventDraft(
@@ -719,8 +835,20 @@ class Driver:
         if self.control is not None and previous != "dispatched":
             # Asked to stop before the tool started: undo the dispatch, so a resumed run
             # dispatches it afresh instead of treating it as interrupted.
+            self.journal.note(
+                "tool.interrupted",
+                {
+                    "name": call["name"],
+                    "attempt": call["attempt"],
+                    "reason": "stopped before it ran",
+                },
+                step=state.steps,
+                attempt_id=call["attempt_id"],
+                execution_key=call["key"],
+            )
             call["status"] = previous
             call["attempt"] -= 1
+            call["attempt_id"] = previous_attempt_id
             return await self._stop()
         context = ToolContext(
             tool=call["name"],
@@ -730,9 +858,30 @@ class Driver:
             attempt=call["attempt"],
         )
         outcome = await tool.invoke(call["args"], context, overall_timeout=self._remaining())
-        if state.rec is not None:
-            entry = {"name": call["name"], "args": call["args"], "outcome": outcome.to_dict()}
-            state.rec["tools"].append(entry)
+        if self.journal.recording:
+            for artifact in outcome.artifacts:
+                await self.ctx.store.put_artifact(
+                    StoredArtifact(
+                        sha256=artifact.sha256,
+                        media_type=artifact.media_type,
+                        data=artifact.data,
+                        name=artifact.name,
+                    )
+                )
+        self.journal.note(
+            "tool.returned" if outcome.ok else "tool.failed",
+            {
+                "name": call["name"],
+                "args": call["args"],
+                "attempt": call["attempt"],
+                "invoked": True,
+                "outcome": outcome.to_dict(),
+                "artifacts": [a.uri for a in outcome.artifacts],
+            },
+            step=state.steps,
+            attempt_id=call["attempt_id"],
+            execution_key=call["key"],
+        )
         state.tool_calls += 1
         call["status"] = "done"
         call["outcome"] = outcome.to_dict()
@@ -762,6 +911,17 @@ class Driver:
         """Give a call that will not run its outcome (denied, declined, unknown tool)."""
         call["status"] = "done"
         call["outcome"] = {"ok": False, "kind": outcome, "value": None, "text": text, "error": None}
+        self.journal.note(
+            "tool.failed",
+            {
+                "name": call["name"],
+                "args": call["args"],
+                "invoked": False,
+                "outcome": call["outcome"],
+            },
+            step=self.state.steps,
+            execution_key=call["key"],
+        )
         detail = {"args": call["args"], "outcome": outcome}
         self._decide(Decision(self.state.steps, "tool", call["name"], detail))
 
@@ -783,10 +943,22 @@ class Driver:
                 outcome = apply_guards(self.plan.guards, text, context, step=state.steps)
                 self._decide(*outcome.decisions)
                 if outcome.blocked_by is not None:
+                    self.journal.note(
+                        "tool.processed",
+                        {"name": call["name"], "text": None, "blocked_by": outcome.blocked_by},
+                        step=state.steps,
+                        execution_key=call["key"],
+                    )
                     return await self._end(
                         RunStatus.REFUSED, error={"type": "GuardBlocked", "message": outcome.reason}
                     )
                 text = outcome.text
+            self.journal.note(
+                "tool.processed",
+                {"name": call["name"], "text": text},
+                step=state.steps,
+                execution_key=call["key"],
+            )
             state.messages.append(
                 {"role": "tool", "tool_call_id": call["id"], "name": call["name"], "content": text}
             )
@@ -867,17 +1039,38 @@ class Driver:
         # so the harness acts on it after this drive (the run must not resume on an answer).
         acted = self.control if status is RunStatus.PAUSED or status.ended else None
         run_id = self.record.run_id
-        self.control = await self.ctx.store.commit(
-            run_id,
-            self.token,
-            status=status.value,
-            state=self.state.to_dict(),
-            events=events,
-            approvals=approvals or (),
-            lease_ttl=self.ctx.lease if self.ctx.renew else None,
-            release=release,
-            clear_control=acted,
+        state = self.state.to_dict()
+        checkpoint = None
+        if status is not RunStatus.RUNNING:
+            checkpoint = {
+                "status": status.value,
+                "output": state["output"],
+                "error": state["error"],
+                "limit": state["limit"],
+                "usage": state["usage"],
+                "trace": state["trace"],
+            }
+        journal = self.journal.for_commit(events, self.state.steps, checkpoint)
+        store = self.ctx.store
+
+        async def write() -> str | None:
+            return await store.commit(
+                run_id,
+                self.token,
+                status=status.value,
+                state=state,
+                events=events,
+                approvals=approvals or (),
+                lease_ttl=self.ctx.lease if self.ctx.renew else None,
+                release=release,
+                clear_control=acted,
+                journal=journal,
+            )
+
+        self.control = await write_with_retries(
+            write, what=f"run {run_id} (step {self.state.steps})", journaled=bool(journal)
         )
+        self.journal.committed(journal)
         del self._pending[:taken]
         self.released = release
         hub = self.ctx.hub
@@ -1006,6 +1199,7 @@ class Driver:
         call = next(c for c in state.calls if c["key"] == key)
         who = by or "an operator"
         call["resolution"] = {"how": how, "by": by}
+        resolved: dict[str, Any] = {"name": call["name"], "how": how, "by": by}
         self._pending.append(
             EventDraft(
                 "tool_resolved",
@@ -1014,6 +1208,13 @@ class Driver:
         )
         if how == "retry":
             call["status"] = "retry"  # invoked again: attempt + 1, the same execution key
+            self.journal.note(
+                "tool.resolved",
+                resolved,
+                step=state.steps,
+                execution_key=key,
+                attempt_id=call.get("attempt_id"),
+            )
             return
         if how == "result":
             outcome = ToolOutcome.resolved(value)
@@ -1026,9 +1227,13 @@ class Driver:
                 type="Aborted",
                 message=f"aborted by {who} after its outcome became uncertain",
             )
-        if state.rec is not None:
-            entry = {"name": call["name"], "args": call["args"], "outcome": outcome.to_dict()}
-            state.rec["tools"].append(entry)
+        self.journal.note(
+            "tool.resolved",
+            {**resolved, "args": call["args"], "outcome": outcome.to_dict()},
+            step=state.steps,
+            execution_key=key,
+            attempt_id=call.get("attempt_id"),
+        )
         state.tool_calls += 1
         call["status"] = "done"
         call["outcome"] = outcome.to_dict()
@@ -1064,17 +1269,21 @@ class Driver:
                 entry["decision"] = row.status
                 detail = {"decision": row.status, "approver": row.approver, "rule": entry["rule"]}
                 self._decide(Decision(state.steps, "approval", call["name"], detail))
-                if state.rec is not None:
-                    state.rec["approvals"].append(
-                        {
-                            "tool": call["name"],
-                            "args": call["args"],
-                            "rule": entry["rule"],
-                            "decision": row.status,
-                            "approver": {"id": row.approver, "roles": list(row.approver_roles)},
-                            "reason": row.reason,
-                        }
-                    )
+                self.journal.note(
+                    "tool.resolved",
+                    {
+                        "how": "approval",
+                        "approval_id": entry["approval_id"],
+                        "tool": call["name"],
+                        "args": call["args"],
+                        "rule": entry["rule"],
+                        "decision": row.status,
+                        "approver": {"id": row.approver, "roles": list(row.approver_roles)},
+                        "reason": row.reason,
+                    },
+                    step=state.steps,
+                    execution_key=call["key"],
+                )
             if any(e.get("decision") == "decline" for e in entries):
                 for entry in entries:
                     if entry.get("decision") is None:
@@ -1087,21 +1296,3 @@ class Driver:
                 call["decision"] = "approve"
             if changed:
                 call["approvals"] = entries
-
-    def _record_turn(self, link: ModelLink, request: ModelRequest, answer: dict[str, Any]) -> None:
-        rec = self.state.rec
-        if rec is not None:
-            content = request.content()
-            seen = comparable(content)  # one scan for the whole request and its parts
-            rec["models"].append(
-                {
-                    "model": link.name,
-                    "attempt": request.attempt_id,  # kept in the store, never in golden files
-                    # digests of the redacted request, so golden files compare equal: whole,
-                    # and part by part, so a replay can say which part changed
-                    "digest": content_digest(seen),
-                    "parts": {part: content_digest(seen[part]) for part in PARTS},
-                    "request": content if self.ctx.keep_requests else None,
-                    "answer": answer,
-                }
-            )

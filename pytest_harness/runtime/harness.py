@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from pytest_harness.errors import (
     ApprovalDenied,
+    RecordingError,
     ResolutionError,
     RunBusy,
     StoreError,
@@ -36,6 +37,7 @@ from pytest_harness.plugins import notify_checkpoint, registry
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.engine import DriveContext, Driver, args_digest, execution_key
 from pytest_harness.runtime.events import EventHub, follow
+from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.plan import Plans, TaskPlan
 from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
@@ -53,6 +55,8 @@ from pytest_harness.store.base import (
 )
 
 if TYPE_CHECKING:
+    from pytest_harness.archive.export import ExportPolicy
+
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
 
@@ -109,7 +113,7 @@ def load(
         from pytest_harness.evals.online import OnlineEvals
 
         evals = OnlineEvals(spec, plans, made)
-    return Harness(spec, plans, made, evals=evals)
+    return Harness(spec, plans, made, evals=evals, record=record)
 
 
 def _make_store(spec: Spec, store: Store | str | None) -> Store:
@@ -174,7 +178,12 @@ class Harness:
         self.plans = plans
         self.store = store
         self.record = spec.document.state.record if record is None else record
-        """Whether new runs are recorded (`state.record`, or `load(..., record=...)`)."""
+        """Whether new runs are recorded (`state.record`, or `load(..., record=...)`).
+
+        A run in an existing session keeps the session's saved setting; one given explicitly
+        (`record=` here or at load) that conflicts with it is refused with `RecordingError`.
+        """
+        self._record_explicit = record is not None
         self._tasks = tasks
         self._keep_requests = keep_requests
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -246,12 +255,12 @@ class Harness:
         idempotency_key: str | None = None,
     ) -> RunResult:
         """Run `task` on `input` until it ends or suspends, and return its result."""
-        record, created = await self._create(
+        record, created, history = await self._create(
             task, input, principal, tenant, session_id, labels, idempotency_key
         )
         if not created:
             return await self.result(record.run_id)
-        return await self._drive(record, created=True, history=[] if session_id is None else None)
+        return await self._drive(record, created=True, history=history)
 
     async def submit(
         self,
@@ -265,11 +274,11 @@ class Harness:
         idempotency_key: str | None = None,
     ) -> RunHandle:
         """Start a run and return at once with a handle to it."""
-        record, created = await self._create(
+        record, created, history = await self._create(
             task, input, principal, tenant, session_id, labels, idempotency_key
         )
         coro = (
-            self._drive(record, created=True, history=[] if session_id is None else None)
+            self._drive(record, created=True, history=history)
             if created
             else self.result(record.run_id)
         )
@@ -377,6 +386,22 @@ class Harness:
             event=EventDraft(
                 "approval_answered",
                 {"approval_id": approval_id, "decision": decision, "approver": who.id},
+            ),
+            journal=(
+                draft(
+                    "approval.answered",
+                    {
+                        "approval_id": approval_id,
+                        "tool": row.tool,
+                        "decision": decision,
+                        "approver": {"id": who.id, "roles": list(who.roles)},
+                        "reason": reason,
+                    },
+                    step=int((record.state.get("usage") or {}).get("steps", 0)),
+                    execution_key=row.execution_key,
+                )
+                if record.record
+                else None
             ),
         )
         self._hub.committed(run_id)
@@ -533,18 +558,31 @@ class Harness:
         parse_cursor(after)
         return follow(self.store, self._hub, run_id, after, ready=self._open)
 
-    async def resume(self, run_id: str) -> RunResult:
+    async def resume(self, run_id: str, *, record: bool | None = None) -> RunResult:
         """Continue a suspended or interrupted run from its last checkpoint.
 
         A run that has ended, or that still waits for an answer, is returned as it is.
-        `RunBusy` when another worker's lease on it is live.
+        `RunBusy` when another worker's lease on it is live. `record` omitted: the run keeps
+        the recording setting it started with; one that conflicts with it is refused with
+        `RecordingError` (recording is never turned on for a run that did not record, nor
+        off for one that does).
         """
         await self._open()
-        record = await self.store.get_run(run_id)
-        status = RunStatus(record.status)
-        if status.ended:
-            return _result(record)
-        return await self._drive(record)
+        stored = await self.store.get_run(run_id)
+        if record is not None and bool(record) != stored.record:
+            why = (
+                "recording cannot be turned on for a run that did not record"
+                if record
+                else "a recorded run keeps recording; omit record= to inherit it"
+            )
+            state = "records" if stored.record else "was not recorded"
+            raise RecordingError(
+                f"run {run_id} {state}; resume(record={record}) conflicts with the setting it "
+                f"started with: {why}"
+            )
+        if RunStatus(stored.status).ended:
+            return _result(stored)
+        return await self._drive(stored)
 
     async def _after_control(self, record: RunRecord) -> RunResult:
         """Act on a control request just written, unless a worker will at its next boundary."""
@@ -583,23 +621,38 @@ class Harness:
         await self._open()
         return await replay(self, source, tools=tools)
 
-    async def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
-        """Write a recorded run as a golden recording file (`.yaml`, redacted).
+    async def export(
+        self,
+        run_id: str,
+        dest: str | os.PathLike[str],
+        *,
+        policy: ExportPolicy | None = None,
+    ) -> Path:
+        """Write a recorded run as a `.hx` archive or a `.yaml` golden recording, by suffix.
 
-        An existing `dest` is refused with `FileExistsError`; `HarnessError` when the run was
-        not recorded.
+        A `.hx` archive (DESIGN §12) follows `policy` (default `ExportPolicy()`: metadata
+        only); a `.yaml` recording is always redacted and holds no request payloads or
+        artifacts. An existing `dest` is refused with `FileExistsError`; `HarnessError` when the
+        run was not recorded, `ArchiveError` for another suffix or a limit the archive would
+        exceed.
         """
         from pytest_harness.errors import ArchiveError
         from pytest_harness.recording.model import Recording
 
         path = Path(dest)
+        await self._open()
+        if path.suffix == ".hx":
+            from pytest_harness.archive.export import export_run
+
+            record = await self.store.get_run(run_id)
+            return await export_run(self.store, record, path, policy=policy)
         if path.suffix not in (".yaml", ".yml"):
             raise ArchiveError(
-                f"cannot export to {path}: write a .yaml recording (.hx archives are not "
-                "supported yet)"
+                f"cannot export to {path}: the destination must end in .hx (an incident "
+                "archive) or .yaml (a golden recording)"
             )
         await self._open()
-        recording = Recording.from_run(await self.store.get_run(run_id))
+        recording = await Recording.from_store(self.store, run_id)
         if self.evals is not None:  # a recording keeps the grades of the online evals
             from pytest_harness.evals.replay import with_grades
 
@@ -651,7 +704,14 @@ class Harness:
         session_id: str | None,
         labels: Mapping[str, str] | None,
         idempotency_key: str | None,
-    ) -> tuple[RunRecord, bool]:
+        *,
+        history: list[Message] | None = None,
+    ) -> tuple[RunRecord, bool, list[Message]]:
+        """Create a run; return it, whether it is new, and its session's earlier conversation.
+
+        In an existing session, the run takes the session's recording setting (saved with its
+        first run); `history` replaces the conversation read from the session (replays).
+        """
         plan = self._plan(task)
         if not isinstance(input, str):
             raise TypeError(f"input must be a string, got {type(input).__name__}")
@@ -660,12 +720,46 @@ class Harness:
         await self._open()
         run_id = f"run_{uuid.uuid4().hex}"
         merged_labels = {**plan.spec.labels, **(labels or {})}
-        record, created = await self.store.create_run(
+        record = self.record
+        earlier: list[RunRecord] = []
+        if session_id is not None:
+            earlier = await self.store.session_runs(session_id)
+            if earlier:
+                record = self._session_record(session_id, earlier[0].record)
+        if history is None:
+            history = [
+                message
+                for run in earlier
+                if run.status == RunStatus.COMPLETED.value
+                for message in run.state.get("messages") or []
+            ]
+        tenant_ = tenant if tenant is not None else who.tenant
+        journal = []
+        if record:
+            started = {
+                "task": task,
+                "input": input,
+                "principal": who.to_dict(),
+                "tenant": tenant_,
+                "labels": merged_labels,
+                "idempotency_key": idempotency_key,
+                "spec": self.spec.document.name,
+                "spec_digest": self.spec.digest,
+                "history": list(history),
+                # kept once: every request of the run has this prompt and these schemas
+                "system": plan.spec.prompt,
+                "tool_schemas": [
+                    {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+                    for t in plan.schemas
+                ],
+            }
+            journal.append(draft("run.started", started, step=0))
+        stored, created = await self.store.create_run(
             NewRun(
                 run_id=run_id,
                 session_id=session_id or f"ses_{uuid.uuid4().hex}",
                 task=task,
-                tenant=tenant if tenant is not None else who.tenant,
+                tenant=tenant_,
                 principal=who.to_dict(),
                 input=input,
                 labels=merged_labels,
@@ -673,18 +767,30 @@ class Harness:
                 status=RunStatus.RUNNING.value,
                 state=RunState().to_dict(),
                 events=[EventDraft("run_started", {"task": task})],
+                record=record,
+                journal=journal,
                 lease_owner=self.owner,
                 lease_ttl=self.spec.document.state.lease,
             )
         )
         if created:
             notify_checkpoint(
-                session_id=record.session_id,
-                run_id=record.run_id,
-                status=record.status,
+                session_id=stored.session_id,
+                run_id=stored.run_id,
+                status=stored.status,
                 phase=Boundary.RUN_STARTED.value,
             )
-        return record, created
+        return stored, created, history
+
+    def _session_record(self, session_id: str, saved: bool) -> bool:
+        """The recording setting of a new run in a session that saved `saved`."""
+        if saved == self.record or not self._record_explicit:
+            return saved
+        raise RecordingError(
+            f"session {session_id} {'records' if saved else 'does not record'}; this harness "
+            f"was loaded with record={self.record}, which conflicts with the setting the "
+            "session saved; omit record= to inherit it, or start a new session"
+        )
 
     async def _drive(
         self,
@@ -735,7 +841,6 @@ class Harness:
                     owner=self.owner,
                     lease=lease,
                     renew=store.kind != "memory",
-                    record=self.record,
                     keep_requests=self._keep_requests,
                     spec_digest=self.spec.digest,
                     hub=self._hub,
@@ -743,7 +848,13 @@ class Harness:
                 )
                 try:
                     driver = Driver(
-                        ctx, plan, record, token, interrupted=interrupted, last_alive=last_alive
+                        ctx,
+                        plan,
+                        record,
+                        token,
+                        interrupted=interrupted,
+                        last_alive=last_alive,
+                        resumed=not created,
                     )
                 except (KeyError, TypeError, ValueError) as exc:
                     raise StoreError(

@@ -72,9 +72,10 @@ class RunState:
     output: str | None = None
     error: dict[str, str] | None = None
     limit: str | None = None
-    rec: dict[str, Any] | None = None
-    """The run's recording when it is recorded: `spec_digest`, `history`, and every `models`
-    turn (request and answer), `tools` result and `approvals` decision, in order."""
+    attempt: dict[str, Any] | None = None
+    """The model attempt in flight, `{id, model}`, as committed with its `model.started`
+    journal entry (recorded runs only): a worker that resumes the run after a crash journals
+    it as interrupted."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form the store keeps."""
@@ -92,7 +93,7 @@ class RunState:
             "output": self.output,
             "error": self.error,
             "limit": self.limit,
-            "rec": self.rec,
+            "attempt": self.attempt,
         }
 
     @classmethod
@@ -118,7 +119,7 @@ class RunState:
             output=data.get("output"),
             error=data.get("error"),
             limit=data.get("limit"),
-            rec=data.get("rec"),
+            attempt=data.get("attempt"),
         )
 
     def usage(self) -> Usage:

@@ -13,10 +13,13 @@ from pytest_harness.store.base import (
     ApprovalRow,
     Event,
     EventDraft,
+    JournalDraft,
+    JournalEntry,
     NewApproval,
     NewRun,
     RunRecord,
     Store,
+    StoredArtifact,
 )
 
 if TYPE_CHECKING:
@@ -28,12 +31,15 @@ __all__ = [
     "ApprovalRow",
     "Event",
     "EventDraft",
+    "JournalDraft",
+    "JournalEntry",
     "MemoryStore",
     "NewApproval",
     "NewRun",
     "RunRecord",
     "SQLiteStore",
     "Store",
+    "StoredArtifact",
 ]
 
 

@@ -24,6 +24,17 @@ Rules every store follows, so that the runtime cannot tell them apart:
   `(run_id, grader)`, written once (a second write of the same pair is ignored, so a grade
   retried after a crash never counts twice), read newest first by `created_at`.
 
+The flight recorder (DESIGN §12) adds, for runs that record (`NewRun.record`):
+
+- a **journal** per run: [`JournalDraft`][]s travel with `create_run`, `commit` and
+  `decide_approval` and are appended in the same transaction as that write, each given the
+  next `seq` of its run (contiguous from 1). An entry whose `id` the run's journal already
+  holds is skipped (the write is being retried after a failure whose outcome was unknown), so a
+  boundary is never journaled twice. `journal(run_id)` reads the entries back in `seq` order.
+- **artifacts**: bytes kept by SHA-256 (`put_artifact`, `artifact`), content-addressed and
+  write-once; they are written before the commit whose journal entry refers to them (an
+  artifact nobody refers to is harmless).
+
 Stores: `memory` (`store/memory.py`), `sqlite` (`store/sqlite.py`) and, in the extra
 `pytest-harness[postgres]`, `postgres` (`postgres/store.py`); all pass the contract suite in
 `tests/store/test_contract.py`. A plugin adds another through the
@@ -43,18 +54,23 @@ from pytest_harness.errors import ResolutionError, StoreError
 
 __all__ = [
     "CONTROLS",
+    "JOURNAL_FORMAT",
     "ApprovalDecision",
     "ApprovalRow",
     "Event",
     "EventDraft",
+    "JournalDraft",
+    "JournalEntry",
     "NewApproval",
     "NewRun",
     "RunRecord",
     "Sample",
     "Store",
+    "StoredArtifact",
     "Watcher",
     "WatchingStore",
     "already_answered",
+    "artifact_sha256",
     "check_control",
     "check_decision",
     "check_limit",
@@ -90,6 +106,71 @@ class Event:
     kind: str
     data: Mapping[str, Any]
     at: float
+
+
+JOURNAL_FORMAT = 1
+"""The version of journal entries this code writes (`JournalEntry.format`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalDraft:
+    """A journal entry to append with the write that commits its boundary (DESIGN §12).
+
+    `id` is a UUID chosen by the writer and kept when a failed write is retried; the store
+    assigns `seq` and skips an `id` the run's journal already holds. `ts` is when the boundary
+    happened (`time.time()`). `payload` is JSON, encoded like every other payload.
+    """
+
+    id: str
+    kind: str
+    step: int
+    ts: float
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    attempt_id: str | None = None
+    execution_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalEntry:
+    """A stored journal entry: its draft's fields plus its run, session, `seq` and format."""
+
+    id: str
+    seq: int
+    format: int
+    session_id: str
+    run_id: str
+    step: int
+    attempt_id: str | None
+    ts: float
+    execution_key: str | None
+    kind: str
+    payload: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as one record of a `.hx` archive's `records.jsonl`."""
+        return {
+            "id": self.id,
+            "seq": self.seq,
+            "format": self.format,
+            "session_id": self.session_id,
+            "run_id": self.run_id,
+            "step": self.step,
+            "attempt_id": self.attempt_id,
+            "ts": self.ts,
+            "execution_key": self.execution_key,
+            "kind": self.kind,
+            "payload": dict(self.payload),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredArtifact:
+    """Bytes a tool produced, kept by their SHA-256 (hex), with their media type and name."""
+
+    sha256: str
+    media_type: str
+    data: bytes
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +228,10 @@ class NewRun:
     status: str
     state: Mapping[str, Any]
     events: Sequence[EventDraft] = ()
+    record: bool = False
+    """Whether the run records (keeps a journal); saved with it and never changed later."""
+    journal: Sequence[JournalDraft] = ()
+    """The run's first journal entries (`run.started`), written with it."""
     lease_owner: str | None = None
     """When set, the run is created already leased to this owner (token 1) for `lease_ttl`
     seconds, so no other worker can take it between its creation and its first step."""
@@ -174,6 +259,8 @@ class RunRecord:
     lease_expires: float | None = None
     control: str | None = None
     """A pending `pause` or `cancel` request that no commit has acted on yet."""
+    record: bool = False
+    """Whether the run records: its journal holds every boundary (DESIGN §12)."""
 
     def lease_live(self, now: float) -> bool:
         """Whether a worker holds the run's lease at `now` (its owner is set and not expired)."""
@@ -260,8 +347,10 @@ class Store(Protocol):
         lease_ttl: float | None = None,
         release: bool = False,
         clear_control: str | None = None,
+        journal: Sequence[JournalDraft] = (),
     ) -> str | None:
-        """Write one boundary atomically: status, state, events and new approval requests.
+        """Write one boundary atomically: status, state, events, new approval requests and
+        journal entries (appended with the next `seq`s; an `id` already journaled is skipped).
 
         Return the run's pending control request (`pause`, `cancel` or None) as of this write,
         so the driver learns of one at its next boundary at no extra cost. With
@@ -299,13 +388,14 @@ class Store(Protocol):
         approver_roles: tuple[str, ...],
         reason: str | None,
         event: EventDraft | None = None,
+        journal: JournalDraft | None = None,
     ) -> ApprovalRow:
         """Answer a pending approval once (compare-and-set on the pending row).
 
         `ResolutionError` when the approval is unknown for this run or already answered (the
         message names who answered first, [`already_answered`][]); `UnknownRun` when there is
-        no such run; `ValueError` for a decision other than `approve` or `decline`. The event,
-        if given, is written in the same transaction.
+        no such run; `ValueError` for a decision other than `approve` or `decline`. The event
+        and the journal entry, if given, are written in the same transaction.
         """
         ...
 
@@ -367,6 +457,29 @@ class Store(Protocol):
         LOCKED`), so workers claiming at once each get a different run. This is how
         `recover()` and `worker` split interrupted runs between workers. `ValueError` when
         `ttl` is not positive.
+        """
+        ...
+
+    async def journal(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEntry]:
+        """The run's journal entries with a `seq` after `after`, in `seq` order.
+
+        At most `limit` of them when given (`ValueError` when negative); `UnknownRun` when
+        there is no such run. A run that does not record has an empty journal.
+        """
+        ...
+
+    async def put_artifact(self, artifact: StoredArtifact) -> None:
+        """Keep an artifact's bytes under its SHA-256; a second put of the same hash is a no-op.
+
+        `StoreError` when `artifact.sha256` is not the SHA-256 of `artifact.data` (check it
+        with [`artifact_sha256`][]); nothing is written then.
+        """
+
+    async def artifact(self, sha256: str) -> StoredArtifact | None:
+        """The artifact kept under `sha256`, or None. The bytes are returned as stored (a
+        reader checks them against the hash).
         """
         ...
 
@@ -472,7 +585,8 @@ def stale_token(run_id: str, token: int, current: int, owner: str | None) -> Sto
     return StoreError(
         f"stale fencing token (this worker lost the lease): run {run_id} is now held with "
         f"token {current} {holder}; "
-        f"this worker's token {token} was superseded; nothing was written"
+        f"this worker's token {token} was superseded; nothing was written",
+        stale=True,
     )
 
 
@@ -503,6 +617,19 @@ def check_limit(limit: int | None) -> None:
     """Raise `ValueError` for a negative `limit`."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be zero or more, got {limit}")
+
+
+def artifact_sha256(artifact: StoredArtifact) -> str:
+    """Return the artifact's hash when it matches its bytes, else raise `StoreError`."""
+    import hashlib
+
+    actual = hashlib.sha256(artifact.data).hexdigest()
+    if artifact.sha256 != actual:
+        raise StoreError(
+            f"cannot store artifact {artifact.sha256!r}: its bytes hash to {actual}; "
+            "nothing was written"
+        )
+    return actual
 
 
 def check_control(control: str) -> str:

@@ -18,15 +18,20 @@ from typing import Any, Literal
 
 from pytest_harness.errors import ResolutionError, RunBusy, StoreError, UnknownRun
 from pytest_harness.store.base import (
+    JOURNAL_FORMAT,
     ApprovalDecision,
     ApprovalRow,
     Event,
     EventDraft,
+    JournalDraft,
+    JournalEntry,
     NewApproval,
     NewRun,
     RunRecord,
     Sample,
+    StoredArtifact,
     already_answered,
+    artifact_sha256,
     check_control,
     check_decision,
     check_limit,
@@ -60,11 +65,14 @@ class _Run:
         "events",
         "idempotency_key",
         "input",
+        "journal",
+        "journal_ids",
         "labels",
         "lease_expires",
         "lease_owner",
         "lease_token",
         "principal",
+        "recorded",
         "run_id",
         "seq",
         "session_id",
@@ -95,8 +103,28 @@ class _Run:
         self.lease_token = 0
         self.lease_expires: float | None = None
         self.control: str | None = None
+        self.recorded = bool(run.record)
         self.events: list[_StoredEvent] = []
         self.approvals: list[_Approval] = []
+        self.journal: list[tuple[JournalDraft, str]] = []
+        """`(draft, payload as JSON)` in `seq` order (`seq` is the index + 1)."""
+        self.journal_ids: set[str] = set()
+
+    def entry(self, seq: int) -> JournalEntry:
+        draft, payload = self.journal[seq - 1]
+        return JournalEntry(
+            id=draft.id,
+            seq=seq,
+            format=JOURNAL_FORMAT,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            step=draft.step,
+            attempt_id=draft.attempt_id,
+            ts=draft.ts,
+            execution_key=draft.execution_key,
+            kind=draft.kind,
+            payload=_loads(payload),
+        )
 
     def record(self) -> RunRecord:
         return RunRecord(
@@ -116,7 +144,20 @@ class _Run:
             lease_token=self.lease_token,
             lease_expires=self.lease_expires,
             control=self.control,
+            record=self.recorded,
         )
+
+
+def _encode_journal(run_id: str, drafts: Sequence[JournalDraft]) -> list[tuple[JournalDraft, str]]:
+    return [(d, encode_json(d.payload, f"the journal of run {run_id}")) for d in drafts]
+
+
+def _append_journal(run: _Run, encoded: list[tuple[JournalDraft, str]]) -> None:
+    for draft, payload in encoded:
+        if draft.id in run.journal_ids:
+            continue  # a retried write: this boundary is journaled already
+        run.journal_ids.add(draft.id)
+        run.journal.append((draft, payload))
 
 
 class _Approval:
@@ -174,6 +215,7 @@ class MemoryStore:
         self._sessions: dict[str, list[_Run]] = {}
         self._idempotency: dict[tuple[str, str, str], _Run] = {}
         self._approvals: dict[str, _Approval] = {}
+        self._artifacts: dict[str, StoredArtifact] = {}
         self._last_event = 0
         self._samples: list[Sample] = []
         self._graded: set[tuple[str, str]] = set()
@@ -230,6 +272,7 @@ class MemoryStore:
         labels = encode_json(run.labels, f"the labels of {what}")
         state = encode_json(run.state, f"the state of {what}")
         events = [(e.kind, encode_json(e.data, f"the events of {what}")) for e in run.events]
+        journal = _encode_journal(run.run_id, run.journal)
         now = time.time()
         stored = _Run(
             run, len(self._runs) + 1, principal=principal, labels=labels, state=state, now=now
@@ -243,6 +286,7 @@ class MemoryStore:
         if key is not None:
             self._idempotency[key] = stored
         self._append(stored, events, now)
+        _append_journal(stored, journal)
         return stored.record(), True
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -295,8 +339,9 @@ class MemoryStore:
         lease_ttl: float | None = None,
         release: bool = False,
         clear_control: str | None = None,
+        journal: Sequence[JournalDraft] = (),
     ) -> str | None:
-        """Write status, state, events and approval requests at once, fenced by `token`.
+        """Write status, state, events, approvals and journal at once, fenced by `token`.
 
         Return the pending control request as of the write (cleared when it is `clear_control`).
         """
@@ -309,6 +354,7 @@ class MemoryStore:
             if events
             else ()
         )
+        journal_encoded = _encode_journal(run_id, journal) if journal else ()
         new_approvals: list[_Approval] = []
         if approvals:
             seen: set[str] = set()
@@ -333,6 +379,8 @@ class MemoryStore:
             run.lease_expires = now + lease_ttl
         if encoded:
             self._append(run, encoded, now)
+        if journal_encoded:
+            _append_journal(run, list(journal_encoded))
         for approval in new_approvals:
             self._approvals[approval.new.approval_id] = approval
             run.approvals.append(approval)
@@ -363,6 +411,7 @@ class MemoryStore:
         approver_roles: tuple[str, ...],
         reason: str | None,
         event: EventDraft | None = None,
+        journal: JournalDraft | None = None,
     ) -> ApprovalRow:
         """Answer a pending approval once; `ResolutionError` for a second answer."""
         check_decision(decision)
@@ -377,6 +426,7 @@ class MemoryStore:
             if event is not None
             else ()
         )
+        journal_encoded = _encode_journal(run_id, [journal]) if journal is not None else []
         now = time.time()
         approval.status = decision
         approval.approver = approver
@@ -385,6 +435,7 @@ class MemoryStore:
         approval.decided_at = now
         if encoded:
             self._append(run, encoded, now)
+        _append_journal(run, journal_encoded)
         return approval.row()
 
     async def approvals(self, run_id: str) -> list[ApprovalRow]:
@@ -484,6 +535,28 @@ class MemoryStore:
         return bool(rows) and all(
             a.status != "pending" and a.decided_at is not None and a.decided_at <= by for a in rows
         )
+
+    async def journal(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEntry]:
+        """The run's journal entries after `seq` `after`, in order."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be zero or more, got {limit}")
+        run = self._run(run_id)
+        start = max(0, after)
+        end = len(run.journal) if limit is None else min(len(run.journal), start + limit)
+        return [run.entry(seq) for seq in range(start + 1, end + 1)]
+
+    async def put_artifact(self, artifact: StoredArtifact) -> None:
+        """Keep the artifact's bytes by hash (write-once)."""
+        self._check_open()
+        artifact_sha256(artifact)
+        self._artifacts.setdefault(artifact.sha256, artifact)
+
+    async def artifact(self, sha256: str) -> StoredArtifact | None:
+        """The artifact kept under `sha256`, or None."""
+        self._check_open()
+        return self._artifacts.get(sha256)
 
     async def expired_runs(self, *, now: float | None = None) -> list[str]:
         """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""

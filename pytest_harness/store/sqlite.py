@@ -50,15 +50,20 @@ import aiosqlite
 
 from pytest_harness.errors import ResolutionError, RunBusy, StoreError, UnknownRun
 from pytest_harness.store.base import (
+    JOURNAL_FORMAT,
     ApprovalDecision,
     ApprovalRow,
     Event,
     EventDraft,
+    JournalDraft,
+    JournalEntry,
     NewApproval,
     NewRun,
     RunRecord,
     Sample,
+    StoredArtifact,
     already_answered,
+    artifact_sha256,
     check_control,
     check_decision,
     check_limit,
@@ -212,6 +217,72 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX samples_created ON samples (created_at, seq)",
         "CREATE INDEX samples_task_grader ON samples (task, grader, created_at)",
     ),
+    # version 4: the flight recorder's journal and artifacts (DESIGN §12)
+    (
+        "ALTER TABLE runs ADD COLUMN record INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN pending_journal TEXT",
+        "ALTER TABLE approvals ADD COLUMN pending_journal TEXT",
+        "UPDATE runs SET record = 1 WHERE json_extract(state, '$.rec') IS NOT NULL",
+        """
+        CREATE TABLE journal (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            id TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            step INTEGER NOT NULL,
+            attempt_id TEXT,
+            ts REAL NOT NULL,
+            execution_key TEXT,
+            kind TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq),
+            UNIQUE (run_id, id)
+        )
+        """,
+        """
+        CREATE TABLE artifacts (
+            sha256 TEXT PRIMARY KEY,
+            media_type TEXT NOT NULL,
+            name TEXT,
+            data BLOB NOT NULL
+        )
+        """,
+        # The journal entries of a write travel in `pending_journal`; each gets the run's next
+        # seq, and an id the run already journaled (a retried write) is skipped.
+        *(
+            f"""
+            CREATE TRIGGER {name} AFTER {event} ON {table}
+            WHEN NEW.pending_journal IS NOT NULL
+            BEGIN
+                INSERT INTO journal (run_id, seq, id, session_id, step, attempt_id, ts,
+                                     execution_key, kind, payload)
+                    SELECT NEW.run_id, base.n + row_number() OVER (ORDER BY j.key), j.id,
+                           {session}, json_extract(j.value, '$.step'),
+                           json_extract(j.value, '$.attempt_id'), json_extract(j.value, '$.ts'),
+                           json_extract(j.value, '$.execution_key'),
+                           json_extract(j.value, '$.kind'), json_extract(j.value, '$.payload')
+                    FROM (SELECT key, value, json_extract(value, '$.id') AS id
+                          FROM json_each(NEW.pending_journal)) AS j,
+                         (SELECT coalesce(max(seq), 0) AS n FROM journal
+                          WHERE run_id = NEW.run_id) AS base
+                    WHERE NOT EXISTS (SELECT 1 FROM journal
+                                      WHERE run_id = NEW.run_id AND id = j.id)
+                    ORDER BY j.key;
+                UPDATE {table} SET pending_journal = NULL WHERE seq = NEW.seq;
+            END
+            """
+            for name, event, table, session in (
+                ("runs_created_journal", "INSERT", "runs", "NEW.session_id"),
+                ("runs_journaled", "UPDATE OF pending_journal", "runs", "NEW.session_id"),
+                (
+                    "approvals_journaled",
+                    "UPDATE OF pending_journal",
+                    "approvals",
+                    "(SELECT session_id FROM runs WHERE run_id = NEW.run_id)",
+                ),
+            )
+        ),
+    ),
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -219,8 +290,9 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 
 _RUN = (
     "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
-    "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control"
+    "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control, record"
 )
+_JOURNAL = "id, seq, session_id, run_id, step, attempt_id, ts, execution_key, kind, payload"
 _APPROVAL = (
     "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
     "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"
@@ -229,13 +301,13 @@ _APPROVAL = (
 _CREATE = (
     "INSERT INTO runs (run_id, session_id, task, tenant, tenant_key, principal, input, labels, "
     "idempotency_key, status, state, created_at, updated_at, pending_events, lease_owner, "
-    "lease_token, lease_expires) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "lease_token, lease_expires, record, pending_journal) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING seq"
 )
 _COMMIT = (
     "UPDATE runs SET status = :status, state = :state, updated_at = :now, "
-    "pending_events = :events, pending_approvals = :approvals, "
+    "pending_events = :events, pending_approvals = :approvals, pending_journal = :journal, "
     "lease_expires = CASE WHEN :release THEN NULL "
     "WHEN :expires IS NULL OR lease_owner IS NULL THEN lease_expires ELSE :expires END, "
     "lease_owner = CASE WHEN :release THEN NULL ELSE lease_owner END, "
@@ -284,7 +356,7 @@ _RELEASE = (
 )
 _DECIDE = (
     "UPDATE approvals SET status = ?, approver = ?, approver_roles = ?, reason = ?, "
-    "decided_at = ?, pending_event = ? "
+    "decided_at = ?, pending_event = ?, pending_journal = ? "
     f"WHERE approval_id = ? AND run_id = ? AND status = 'pending' RETURNING {_APPROVAL}"
 )
 
@@ -312,6 +384,43 @@ def _record(row: _Row) -> RunRecord:
         lease_token=row[13],
         lease_expires=row[14],
         control=row[15],
+        record=bool(row[16]),
+    )
+
+
+def _journal_json(run_id: str, drafts: Sequence[JournalDraft]) -> str | None:
+    if not drafts:
+        return None
+    return encode_json(
+        [
+            {
+                "id": d.id,
+                "kind": d.kind,
+                "step": d.step,
+                "ts": d.ts,
+                "attempt_id": d.attempt_id,
+                "execution_key": d.execution_key,
+                "payload": d.payload,
+            }
+            for d in drafts
+        ],
+        f"the journal of run {run_id}",
+    )
+
+
+def _entry(row: _Row) -> JournalEntry:
+    return JournalEntry(
+        id=row[0],
+        seq=row[1],
+        format=JOURNAL_FORMAT,
+        session_id=row[2],
+        run_id=row[3],
+        step=row[4],
+        attempt_id=row[5],
+        ts=row[6],
+        execution_key=row[7],
+        kind=row[8],
+        payload=_loads(row[9]),
     )
 
 
@@ -598,6 +707,7 @@ class SQLiteStore:
             if run.events
             else None
         )
+        journal = _journal_json(run.run_id, run.journal)
         tenant_key = run.tenant or ""
         status = _text(run.status)
         now = time.time()
@@ -622,6 +732,8 @@ class SQLiteStore:
                 run.lease_owner,
                 1 if run.lease_owner is not None else 0,
                 now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
+                1 if run.record else 0,
+                journal,
             ),
             write=True,
         )
@@ -642,6 +754,7 @@ class SQLiteStore:
                 lease_owner=run.lease_owner,
                 lease_token=1 if run.lease_owner is not None else 0,
                 lease_expires=now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
+                record=bool(run.record),
             )
             return record, True
         rows = await self._q(
@@ -735,8 +848,9 @@ class SQLiteStore:
         lease_ttl: float | None = None,
         release: bool = False,
         clear_control: str | None = None,
+        journal: Sequence[JournalDraft] = (),
     ) -> str | None:
-        """Write status, state, events and approval requests in one fenced statement.
+        """Write status, state, events, approvals and journal in one fenced statement.
 
         Return the pending control request as of the write (cleared when it is `clear_control`).
         """
@@ -777,6 +891,7 @@ class SQLiteStore:
             "now": now,
             "events": events_json,
             "approvals": approvals_json,
+            "journal": _journal_json(run_id, journal),
             "expires": expires,
             "run_id": run_id,
             "token": token,
@@ -840,9 +955,11 @@ class SQLiteStore:
         approver_roles: tuple[str, ...],
         reason: str | None,
         event: EventDraft | None = None,
+        journal: JournalDraft | None = None,
     ) -> ApprovalRow:
         """Answer a pending approval once; `ResolutionError` for a second answer."""
         check_decision(decision)
+        journal_json = _journal_json(run_id, [journal] if journal is not None else [])
         event_json = (
             encode_json({"kind": event.kind, "data": event.data}, f"the events of run {run_id}")
             if event is not None
@@ -853,7 +970,17 @@ class SQLiteStore:
         rows = await self._q(
             what,
             _DECIDE,
-            (decision, approver, roles, reason, time.time(), event_json, approval_id, run_id),
+            (
+                decision,
+                approver,
+                roles,
+                reason,
+                time.time(),
+                event_json,
+                journal_json,
+                approval_id,
+                run_id,
+            ),
             write=True,
         )
         if rows:
@@ -980,6 +1107,44 @@ class SQLiteStore:
         raise StoreError(  # pragma: no cover - needs ten lost races in a row
             f"sqlite store {self.path}: cannot claim a run: other workers kept taking them; retry"
         )
+
+    async def journal(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEntry]:
+        """The run's journal entries after `seq` `after`, in order."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be zero or more, got {limit}")
+        rows = await self._q(
+            f"read the journal of run {run_id}",
+            f"SELECT {_JOURNAL} FROM journal WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (run_id, min(max(after, 0), _MAX_ID), -1 if limit is None else limit),
+        )
+        if not rows:
+            await self._require_run(run_id)
+        return [_entry(row) for row in rows]
+
+    async def put_artifact(self, artifact: StoredArtifact) -> None:
+        """Keep the artifact's bytes by hash (write-once: a second put is a no-op)."""
+        artifact_sha256(artifact)
+        await self._q(
+            f"store artifact {artifact.sha256}",
+            "INSERT INTO artifacts (sha256, media_type, name, data) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (sha256) DO NOTHING",
+            (artifact.sha256, artifact.media_type, artifact.name, artifact.data),
+            write=True,
+        )
+
+    async def artifact(self, sha256: str) -> StoredArtifact | None:
+        """The artifact kept under `sha256`, or None."""
+        rows = await self._q(
+            f"read artifact {sha256}",
+            "SELECT sha256, media_type, name, data FROM artifacts WHERE sha256 = ?",
+            (sha256,),
+        )
+        if not rows:
+            return None
+        digest, media_type, name, data = rows[0]
+        return StoredArtifact(sha256=digest, media_type=media_type, name=name, data=bytes(data))
 
     async def expired_runs(self, *, now: float | None = None) -> list[str]:
         """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""

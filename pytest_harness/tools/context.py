@@ -8,11 +8,12 @@ the tool starts, and the worker thread a sync tool with a timeout runs in
 from __future__ import annotations
 
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 
 from pytest_harness.errors import HarnessError
 from pytest_harness.runtime.principal import Principal
+from pytest_harness.tools.artifacts import Artifact
 
 __all__ = ["ToolContext", "current_tool_context", "tool_context"]
 
@@ -31,6 +32,29 @@ class ToolContext:
     run_id: str
     principal: Principal
     attempt: int = 1
+    attached: list[Artifact] = field(default_factory=list, repr=False, compare=False)
+    """Artifacts attached to this call so far (see `attach`)."""
+
+    def attach(
+        self, data: bytes | Artifact, media_type: str | None = None, name: str | None = None
+    ) -> str:
+        """Attach an artifact to this call's result and return its `artifact:sha256:` URI.
+
+        Pass an `Artifact`, or its bytes with a `media_type` (and an optional `name`). A
+        recorded run's store keeps the bytes by SHA-256; put the URI in the result to refer
+        to it. `HarnessError` for bytes without a media type.
+        """
+        if isinstance(data, Artifact):
+            artifact = data
+        else:
+            if media_type is None:
+                raise HarnessError(
+                    f"attach() needs a media_type with raw bytes (tool {self.tool!r}, "
+                    f"execution key {self.execution_key})"
+                )
+            artifact = Artifact(data, media_type, name)
+        self.attached.append(artifact)
+        return artifact.uri
 
 
 _CURRENT: ContextVar[ToolContext | None] = ContextVar("pytest_harness_tool_context", default=None)

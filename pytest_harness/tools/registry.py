@@ -14,7 +14,7 @@ import functools
 import inspect
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import docstring_parser
@@ -26,6 +26,7 @@ from pydantic_core import CoreSchema, ErrorDetails, to_json, to_jsonable_python
 from pytest_harness.errors import did_you_mean
 from pytest_harness.importing import import_callable
 from pytest_harness.models.base import ToolSchema
+from pytest_harness.tools.artifacts import Artifact, collect_artifacts
 from pytest_harness.tools.context import ToolContext, tool_context
 
 if TYPE_CHECKING:
@@ -108,12 +109,22 @@ class ToolOutcome:
     value: Any = None
     text: str
     error: Mapping[str, str] | None = None
+    artifacts: tuple[Artifact, ...] = field(default=(), compare=False)
+    """Artifacts the call returned or attached (their bytes; never part of `to_dict()`)."""
 
     @classmethod
     def success(cls, result: Any) -> ToolOutcome:
-        """Build the outcome of a call that returned `result`."""
+        """Build the outcome of a call that returned `result`.
+
+        Every `Artifact` in the result is replaced by its reference and kept in `artifacts`.
+        """
         if isinstance(result, str):
             return cls(ok=True, kind="ok", value=result, text=result)
+        found: list[Artifact] = []
+        result = collect_artifacts(result, found)
+        if found:
+            outcome = cls.success(result)
+            return replace(outcome, artifacts=tuple(found))
         try:
             value = _finite(to_jsonable_python(result, fallback=repr))
             text = to_json(value).decode()
@@ -270,8 +281,17 @@ class Tool:
         or the run's remaining `overall_timeout` (whichever is smaller) come back as a failed
         `ToolOutcome`. `asyncio.CancelledError` propagates. Async functions are awaited; a sync
         function runs inline when no timeout applies, else in a worker thread so the timeout can
-        fire; that thread cannot be stopped and may run on after the timeout.
+        fire; that thread cannot be stopped and may run on after the timeout. Artifacts the
+        call attached through its context join the outcome's `artifacts`.
         """
+        outcome = await self._invoke(args, context, overall_timeout)
+        if context.attached:
+            outcome = replace(outcome, artifacts=(*outcome.artifacts, *context.attached))
+        return outcome
+
+    async def _invoke(
+        self, args: Mapping[str, Any], context: ToolContext, overall_timeout: float | None
+    ) -> ToolOutcome:
         try:
             kwargs = self._adapter.validate_python(args)
         except ValidationError as exc:

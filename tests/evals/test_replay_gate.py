@@ -84,7 +84,7 @@ async def test_a_grader_that_now_passes_is_no_drift_and_a_live_judge_is_not_regr
     with ph.allow_live_models(False):  # the live judge's online grade is an error, offline
         async with ph.load(project.spec, record=True) as harness:
             result = await harness.run("orders", "Card please", principal="ann")
-            recording = Recording.from_run(await harness.store.get_run(result.run_id))
+            recording = await Recording.from_store(harness.store, result.run_id)
             # as if recorded before the guard existed, and graded by the live judge back then
             recording = replace(
                 recording,

@@ -50,7 +50,7 @@ async def record_run(app, tmp_path, name: str = "golden.yaml") -> tuple[str, Rec
             waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
         )
         assert done.ok
-        recording = Recording.from_run(await harness.store.get_run(done.run_id))
+        recording = await Recording.from_store(harness.store, done.run_id)
     recording.save(tmp_path / name)
     return done.run_id, recording
 
@@ -178,7 +178,7 @@ async def test_tool_call_never_recorded_diverges(app, tmp_path) -> None:
     write(app, script=script)
     async with ph.load(app.spec) as harness:
         done = await harness.run("orders", "delete me", principal="ann")
-        Recording.from_run(await harness.store.get_run(done.run_id)).save(tmp_path / "d.yaml")
+        (await Recording.from_store(harness.store, done.run_id)).save(tmp_path / "d.yaml")
     write(app, SPEC.replace("rules: [R1, R2]", "rules: [R1]"), script=script)
     report = await replay_file(app, tmp_path / "d.yaml")
     assert report.diverged == "tool call delete_account was never recorded at all"
@@ -197,7 +197,7 @@ async def test_model_turn_past_the_end_diverges(app, tmp_path) -> None:
     async with ph.load(app.spec) as harness:
         done = await harness.run("orders", "look", principal="ann")
         assert done.limit == "steps"
-        Recording.from_run(await harness.store.get_run(done.run_id)).save(tmp_path / "s.yaml")
+        (await Recording.from_store(harness.store, done.run_id)).save(tmp_path / "s.yaml")
     write(app, SPEC, script=script)
     report = await replay_file(app, tmp_path / "s.yaml")
     assert report.diverged == "the replay asked for model turn 3; the recording has 2"
@@ -233,7 +233,7 @@ state: {record: true}
     app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
     async with ph.load(app.spec) as harness:
         done = await harness.run("t", "log me in", principal="ann")
-        Recording.from_run(await harness.store.get_run(done.run_id)).save(tmp_path / "r.yaml")
+        (await Recording.from_store(harness.store, done.run_id)).save(tmp_path / "r.yaml")
     text = (tmp_path / "r.yaml").read_text()
     for secret in ("hunter2", "tok-123", "k-9"):
         assert secret not in text
@@ -294,7 +294,9 @@ async def test_every_model_attempt_is_in_the_store_journal_with_its_own_id(app) 
     write(app, SPEC, script="[{error: server}, {error: rate_limit}, {say: fine}]")
     async with ph.load(app.spec) as harness:
         done = await harness.run("orders", "hi", principal="ann")
-        turns = (await harness.store.get_run(done.run_id)).state["rec"]["models"]
-    assert [t["answer"].get("error") for t in turns] == ["server", "rate_limit", None]
-    attempts = [t["attempt"] for t in turns]
-    assert all(a.startswith("att_") for a in attempts) and len(set(attempts)) == 3
+        journal = await harness.store.journal(done.run_id)
+    ended = [e for e in journal if e.kind in ("model.failed", "model.response")]
+    assert [e.payload.get("error") for e in ended] == ["server", "rate_limit", None]
+    started = [e.attempt_id for e in journal if e.kind == "model.started"]
+    assert all(a.startswith("att_") for a in started) and len(set(started)) == 3
+    assert [e.attempt_id for e in ended] == started

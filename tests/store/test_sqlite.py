@@ -211,9 +211,19 @@ async def test_a_version_1_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -
     store = SQLiteStore(path)
     record, _ = await store.create_run(new_run())
     await store.close()
-    with raw(path) as conn:  # what version 1 wrote: no control column, no samples
+    with raw(path) as conn:  # what version 1 wrote: no control column, no samples, no journal
+        for trigger in ("runs_created_journal", "runs_journaled", "approvals_journaled"):
+            conn.execute(f"DROP TRIGGER {trigger}")
+        conn.execute("DROP TABLE journal")
+        conn.execute("DROP TABLE artifacts")
         conn.execute("DROP TABLE samples")
-        conn.execute("ALTER TABLE runs DROP COLUMN control")
+        for table, column in (
+            ("runs", "record"),
+            ("runs", "pending_journal"),
+            ("approvals", "pending_journal"),
+            ("runs", "control"),
+        ):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         conn.execute("DELETE FROM schema_version WHERE version > 1")
     migrated = SQLiteStore(path)
     try:

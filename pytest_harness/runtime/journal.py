@@ -1,0 +1,144 @@
+"""The run loop's side of the flight recorder (DESIGN §12): journal entries for each boundary.
+
+A driver of a run that records notes an entry at each boundary (`model.started`,
+`tool.dispatched`, …); the notes travel with the driver's next commit, in the same transaction
+as the state they describe, so the journal never runs ahead of or behind the checkpoint. Each
+entry gets its UUID when noted: a commit that fails is retried with the same entries, and the
+store skips an id it already holds, so a boundary is never written twice. When the write keeps
+failing, the run stops at that boundary with `RecordingError`.
+
+Kinds are the closed set `KINDS`; `event` entries copy the public events committed with them,
+and a `checkpoint` entry is written with every commit that leaves the run not `running`
+(suspended or ended), with the outcome so far, so an archive of the journal alone replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pytest_harness.errors import RecordingError, StoreError
+from pytest_harness.store.base import EventDraft, JournalDraft
+
+__all__ = ["KINDS", "Journal", "write_with_retries"]
+
+KINDS: frozenset[str] = frozenset(
+    {
+        "run.started",
+        "run.resumed",
+        "model.started",
+        "model.response",
+        "model.processed",
+        "model.completed",
+        "model.failed",
+        "model.interrupted",
+        "tool.started",
+        "tool.dispatched",
+        "tool.returned",
+        "tool.processed",
+        "tool.failed",
+        "tool.interrupted",
+        "tool.resolved",
+        "approval.requested",
+        "approval.answered",
+        "checkpoint",
+        "event",
+        "command.failed",
+    }
+)
+"""Every journal entry kind (DESIGN §12)."""
+
+RETRY_DELAYS: tuple[float, ...] = (0.05, 0.1, 0.2)
+"""Waits before each retry of a failed journal write; then `RecordingError`."""
+
+T = TypeVar("T")
+
+
+def draft(
+    kind: str,
+    payload: Mapping[str, Any],
+    *,
+    step: int,
+    attempt_id: str | None = None,
+    execution_key: str | None = None,
+) -> JournalDraft:
+    """A new journal entry with a fresh UUID and the current time."""
+    assert kind in KINDS, kind
+    return JournalDraft(
+        id=str(uuid.uuid4()),
+        kind=kind,
+        step=step,
+        ts=time.time(),
+        payload=dict(payload),
+        attempt_id=attempt_id,
+        execution_key=execution_key,
+    )
+
+
+class Journal:
+    """The entries a driver noted since its last commit (nothing when the run does not record)."""
+
+    def __init__(self, recording: bool) -> None:
+        self.recording = recording
+        self.pending: list[JournalDraft] = []
+
+    def note(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        step: int,
+        attempt_id: str | None = None,
+        execution_key: str | None = None,
+    ) -> None:
+        """Queue an entry for the next commit."""
+        if self.recording:
+            self.pending.append(
+                draft(kind, payload, step=step, attempt_id=attempt_id, execution_key=execution_key)
+            )
+
+    def for_commit(
+        self, events: Sequence[EventDraft], step: int, checkpoint: Mapping[str, Any] | None
+    ) -> list[JournalDraft]:
+        """The entries of the next commit: the notes, copies of its events, its checkpoint.
+
+        Copies and the checkpoint are added to the notes once, so a retried commit sends the
+        very same entries (same ids).
+        """
+        if not self.recording:
+            return []
+        for event in events:
+            self.note("event", {"event": event.kind, "data": dict(event.data)}, step=step)
+        if checkpoint is not None:
+            self.note("checkpoint", checkpoint, step=step)
+        return list(self.pending)
+
+    def committed(self, entries: Sequence[JournalDraft]) -> None:
+        """These notes (the first ones) are in the store; later ones wait for the next commit."""
+        del self.pending[: len(entries)]
+
+
+async def write_with_retries(write: Callable[[], Awaitable[T]], *, what: str, journaled: bool) -> T:
+    """Run `write`; when it carries journal entries, retry a failed one, then `RecordingError`.
+
+    A stale fencing token is never retried (another worker drives the run now): its
+    `StoreError` is raised as it is, as is any failure of a write without journal entries.
+    """
+    delays = RETRY_DELAYS if journaled else ()
+    for delay in (*delays, None):
+        try:
+            return await write()
+        except StoreError as exc:
+            if exc.stale or not journaled:
+                raise
+            if delay is None:
+                raise RecordingError(
+                    f"the flight recorder could not write the journal of {what} after "
+                    f"{len(delays) + 1} attempts; the run stopped at this boundary (nothing "
+                    f"after it ran): {exc}"
+                ) from exc
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
