@@ -21,6 +21,7 @@ from pytest_harness.errors import (
     HarnessError,
     LiveModelBlocked,
     ModelError,
+    RecordingError,
     ReplayDiverged,
     ResolutionError,
     RunAwaitingInput,
@@ -51,6 +52,17 @@ from pytest_harness.runtime.trace import Decision, ToolCall, Trace
 
 if TYPE_CHECKING:
     from pytest_harness import testing
+    from pytest_harness.archive import (
+        ArchiveIssue,
+        BundleLimits,
+        ExportPolicy,
+        Playback,
+        VerificationReport,
+        export_incident,
+        open_store,
+        playback,
+        verify_archive,
+    )
     from pytest_harness.evals.checks import GradeInput, Verdict
     from pytest_harness.models.live import allow_live_models
     from pytest_harness.recording.model import Recording
@@ -58,6 +70,7 @@ if TYPE_CHECKING:
     from pytest_harness.runtime.harness import Harness, RunHandle, load
     from pytest_harness.spec.schema import ReplayPolicy
     from pytest_harness.store.base import Event, Sample
+    from pytest_harness.tools.artifacts import Artifact
     from pytest_harness.tools.context import ToolContext, current_tool_context
 
 __version__ = "0.1.0"
@@ -66,17 +79,23 @@ __all__ = [
     "ApprovalDenied",
     "ApprovalRequest",
     "ArchiveError",
+    "ArchiveIssue",
+    "Artifact",
+    "BundleLimits",
     "Call",
     "Decision",
     "Event",
+    "ExportPolicy",
     "GradeInput",
     "Harness",
     "HarnessError",
     "LiveModelBlocked",
     "ModelError",
     "PendingTool",
+    "Playback",
     "Principal",
     "Recording",
+    "RecordingError",
     "ReplayDiverged",
     "ReplayPolicy",
     "ReplayReport",
@@ -104,10 +123,15 @@ __all__ = [
     "UnknownTask",
     "Usage",
     "Verdict",
+    "VerificationReport",
     "allow_live_models",
     "current_tool_context",
+    "export_incident",
     "load",
+    "open_store",
+    "playback",
     "testing",
+    "verify_archive",
 ]
 
 _LAZY = {
@@ -124,6 +148,21 @@ _LAZY = {
     "ToolContext": "pytest_harness.tools.context",
     "current_tool_context": "pytest_harness.tools.context",
     "allow_live_models": "pytest_harness.models.live",
+    "Artifact": "pytest_harness.tools.artifacts",
+    **{
+        name: "pytest_harness.archive"
+        for name in (
+            "ArchiveIssue",
+            "BundleLimits",
+            "ExportPolicy",
+            "Playback",
+            "VerificationReport",
+            "export_incident",
+            "open_store",
+            "playback",
+            "verify_archive",
+        )
+    },
 }
 
 

@@ -2,6 +2,8 @@
 
 `mutate` scores how much of the policy the golden runs protect.
 
+The archive commands (`export-incident`, `verify`, `playback`) live in `cli_archive.py`.
+
 Wiring and display only: every command loads the spec with `pytest_harness.load` and calls one
 `Harness` method. Exit codes: 0 same or success, 1 drift or failure, 2 usage or input error (one
 line on stderr, no traceback).
@@ -20,6 +22,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from pytest_harness.cli_archive import (
+    ARCHIVE_COMMANDS,
+    add_archive_commands,
+    include_flags,
+    policy_from_args,
+)
 from pytest_harness.errors import HarnessError
 from pytest_harness.redaction import redact
 from pytest_harness.replay.report import DEFAULT_FAIL_ON, FAIL_ON
@@ -163,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sources",
         metavar="RUN_ID|FILE|FOLDER",
         nargs="+",
-        help="stored run ids, recording files (.yaml, .hx), or folders of them",
+        help="stored run ids, recording files (.yaml, .hx exported with payloads), or folders of them",
     )
     spec_and_env(replay, positional=False)
     replay.add_argument(
@@ -232,25 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     export = command(
         "export",
         "write a recorded run to a file",
-        "Write a recorded run as a golden recording file (.yaml: redacted, fixed key order, "
-        "no volatile values). An existing DEST is never overwritten. .hx archives are not "
-        "supported yet (they come with the flight recorder).",
+        "Write a recorded run as a .hx incident archive (metadata only unless "
+        "--include-payloads) or a golden recording file (.yaml: redacted, fixed key order, no "
+        "volatile values), by DEST's suffix. An existing DEST is never overwritten.",
     )
     export.add_argument("run_id", metavar="RUN_ID")
-    export.add_argument("dest", metavar="DEST", help="the file to write (.yaml)")
+    export.add_argument("dest", metavar="DEST", help="the file to write (.hx or .yaml)")
     spec_and_env(export)
-    export.add_argument(
-        "--include-payloads",
-        action="store_true",
-        help="for .hx archives (not available yet): include request and result payloads; "
-        "has no effect on .yaml recordings",
-    )
-    export.add_argument(
-        "--include-artifacts",
-        action="store_true",
-        help="for .hx archives (not available yet): include artifacts; has no effect on .yaml "
-        "recordings",
-    )
+    include_flags(export)
+    add_archive_commands(command)
     from pytest_harness.evals.command import add_eval_command
 
     add_eval_command(
@@ -476,7 +474,7 @@ async def _approve(args: argparse.Namespace, out: Console, err: Console) -> int:
 async def _export(args: argparse.Namespace, out: Console, err: Console) -> int:
     async with _load(args) as harness:
         try:
-            path = await harness.export(args.run_id, args.dest)
+            path = await harness.export(args.run_id, args.dest, policy=policy_from_args(args))
         except FileExistsError:
             raise FileExistsError(
                 f"{args.dest} exists; export never overwrites a file: remove it or choose "
@@ -491,7 +489,7 @@ async def _export(args: argparse.Namespace, out: Console, err: Console) -> int:
         if given
     ]
     out.print(f"wrote {path} (run {args.run_id})", soft_wrap=True)
-    if ignored:
+    if ignored and not str(args.dest).endswith(".hx"):
         err.print(
             f"{PROG}: note: {' and '.join(ignored)} apply to .hx archives; a .yaml recording "
             "never holds request payloads or artifacts",
@@ -554,6 +552,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console, Console], Coroutine[
     "eval": _eval,
     "mutate": _mutate,
     "worker": _worker,
+    **ARCHIVE_COMMANDS,
 }
 
 

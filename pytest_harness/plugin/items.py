@@ -119,11 +119,6 @@ class RecordingItem(pytest.Item):
         """Load the recording and the spec's harness; any problem is an error naming the file."""
         settings = self._settings
         try:
-            if self.path.suffix == ".hx":
-                raise HarnessError(
-                    ".hx archives are not supported yet; replay a .yaml recording "
-                    "(export the run with a .yaml destination)"
-                )
             from dataclasses import replace
 
             from pytest_harness.recording.model import Recording

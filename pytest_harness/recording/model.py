@@ -141,9 +141,9 @@ class Recording:
             if kind == "run.started":
                 started, run_id = payload, run_id or entry.get("run_id")
             elif kind == "model.started":
-                requests[attempt] = (payload["model"], payload)
-            elif kind in ("model.response", "model.failed") and attempt in requests:
-                model, request = requests.pop(attempt)
+                requests[str(attempt)] = (payload["model"], payload)
+            elif kind in ("model.response", "model.failed") and str(attempt) in requests:
+                model, request = requests.pop(str(attempt))
                 if kind == "model.response":
                     answer = payload["answer"]
                 elif "error" in payload:
@@ -232,7 +232,8 @@ class Recording:
         if path.suffix == ".hx":
             from pytest_harness.archive.reader import recording_from_archive
 
-            return recording_from_archive(path)
+            recording: Recording = recording_from_archive(path)
+            return recording
         from pytest_harness.recording.golden import read_recording
 
         return read_recording(path)

@@ -56,7 +56,6 @@ from pytest_harness.store.base import (
 
 if TYPE_CHECKING:
     from pytest_harness.archive.export import ExportPolicy
-
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
 

@@ -349,8 +349,10 @@ class Store(Protocol):
         clear_control: str | None = None,
         journal: Sequence[JournalDraft] = (),
     ) -> str | None:
-        """Write one boundary atomically: status, state, events, new approval requests and
-        journal entries (appended with the next `seq`s; an `id` already journaled is skipped).
+        """Write one boundary atomically: status, state, events, approvals and journal.
+
+        Journal entries are appended with the run's next `seq`s; an `id` already journaled
+        is skipped.
 
         Return the run's pending control request (`pause`, `cancel` or None) as of this write,
         so the driver learns of one at its next boundary at no extra cost. With
@@ -478,8 +480,9 @@ class Store(Protocol):
         """
 
     async def artifact(self, sha256: str) -> StoredArtifact | None:
-        """The artifact kept under `sha256`, or None. The bytes are returned as stored (a
-        reader checks them against the hash).
+        """The artifact kept under `sha256`, or None.
+
+        The bytes are returned as stored (a reader checks them against the hash).
         """
         ...
 

@@ -74,9 +74,10 @@ class Artifact:
 
 
 def collect_artifacts(value: Any, found: list[Artifact]) -> Any:
-    """`value` with every `Artifact` in it (at any depth of lists, tuples and dicts) replaced
-    by its reference; the artifacts are appended to `found`. A container with none is returned
-    as it is (a circular one too).
+    """`value` with every `Artifact` in it replaced by its reference.
+
+    Lists, tuples and dicts are walked at any depth; the artifacts are appended to `found`. A
+    container with none is returned as it is (a circular one too).
     """
     return _collect(value, found, set())
 
