@@ -1,0 +1,131 @@
+"""The flight recorder's part of the store contract: journal entries and artifacts."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from pytest_harness.errors import StoreError, UnknownRun
+from pytest_harness.store import JournalDraft, Store, StoredArtifact
+
+from .test_contract import STORES, make_store, new_approval, new_run
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest_asyncio.fixture(params=STORES)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    made = make_store(request.param, tmp_path)
+    await made.open()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+def entry(kind: str = "event", **fields: object) -> JournalDraft:
+    values: dict[str, object] = {
+        "id": str(uuid.uuid4()),
+        "kind": kind,
+        "step": 1,
+        "ts": time.time(),
+        "payload": {"n": 1},
+    }
+    values.update(fields)
+    return JournalDraft(**values)  # type: ignore[arg-type]
+
+
+async def test_journal_entries_get_contiguous_seqs_per_run_with_their_fields(store: Store) -> None:
+    first = entry("run.started", step=0, payload={"task": "orders"})
+    record, _ = await store.create_run(new_run(record=True, journal=[first]))
+    other, _ = await store.create_run(new_run(record=True, journal=[entry("run.started")]))
+    assert record.record is True
+    tool = entry("tool.dispatched", attempt_id="att_1", execution_key="exk_1", payload={"a": [1]})
+    await store.commit(
+        record.run_id, 0, status="running", state={}, journal=[tool, entry(), entry()]
+    )
+    await store.commit(other.run_id, 0, status="running", state={}, journal=[entry()])
+    entries = await store.journal(record.run_id)
+    assert [e.seq for e in entries] == [1, 2, 3, 4]
+    assert [e.kind for e in entries] == ["run.started", "tool.dispatched", "event", "event"]
+    got = entries[1]
+    assert (got.id, got.attempt_id, got.execution_key, got.payload) == (
+        tool.id,
+        "att_1",
+        "exk_1",
+        {"a": [1]},
+    )
+    assert (got.run_id, got.session_id, got.format, got.step, got.ts) == (
+        record.run_id,
+        record.session_id,
+        1,
+        1,
+        tool.ts,
+    )
+    assert [e.seq for e in await store.journal(other.run_id)] == [1, 2]
+    assert [e.seq for e in await store.journal(record.run_id, after=2, limit=1)] == [3]
+
+
+async def test_a_retried_entry_keeps_its_id_and_is_written_once(store: Store) -> None:
+    record, _ = await store.create_run(new_run(record=True))
+    once = entry("model.started", attempt_id="att_1")
+    await store.commit(record.run_id, 0, status="running", state={}, journal=[once])
+    await store.commit(record.run_id, 0, status="running", state={}, journal=[once, entry()])
+    entries = await store.journal(record.run_id)
+    assert [(e.seq, e.kind) for e in entries] == [(1, "model.started"), (2, "event")]
+
+
+async def test_a_stale_commit_writes_no_journal_entry(store: Store) -> None:
+    record, _ = await store.create_run(new_run(record=True))
+    with pytest.raises(StoreError) as info:
+        await store.commit(record.run_id, 7, status="running", state={}, journal=[entry()])
+    assert info.value.stale
+    assert await store.journal(record.run_id) == []
+
+
+async def test_an_approval_decision_journals_with_it(store: Store) -> None:
+    record, _ = await store.create_run(new_run(record=True))
+    approval = new_approval()
+    await store.commit(record.run_id, 0, status="awaiting_approval", state={}, approvals=[approval])
+    answered = entry("approval.answered", payload={"decision": "approve"})
+    await store.decide_approval(
+        record.run_id,
+        approval.approval_id,
+        decision="approve",
+        approver="fiona",
+        approver_roles=("finance",),
+        reason=None,
+        journal=answered,
+    )
+    entries = await store.journal(record.run_id)
+    assert [(e.seq, e.kind, e.session_id) for e in entries] == [
+        (1, "approval.answered", record.session_id)
+    ]
+
+
+async def test_a_run_that_does_not_record_has_an_empty_journal(store: Store) -> None:
+    record, _ = await store.create_run(new_run())
+    assert record.record is False and (await store.get_run(record.run_id)).record is False
+    assert await store.journal(record.run_id) == []
+    with pytest.raises(UnknownRun):
+        await store.journal("run_nope")
+    with pytest.raises(ValueError, match="limit"):
+        await store.journal(record.run_id, limit=-1)
+
+
+async def test_artifacts_are_kept_by_sha256_once(store: Store) -> None:
+    data = b"%PDF-1.7 invoice"
+    sha = hashlib.sha256(data).hexdigest()
+    art = StoredArtifact(sha256=sha, media_type="application/pdf", data=data, name="a.pdf")
+    await store.put_artifact(art)
+    await store.put_artifact(art)
+    assert await store.artifact(sha) == art
+    assert await store.artifact("0" * 64) is None
+    with pytest.raises(StoreError, match="hash"):
+        await store.put_artifact(StoredArtifact(sha256="0" * 64, media_type="a/b", data=b"x"))
