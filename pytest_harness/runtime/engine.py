@@ -341,7 +341,7 @@ class Driver:
             link, response = await self._ask_models()
         except _Deadline:
             return await self._limit_deadline()
-        except ReplayDiverged:
+        except (ReplayDiverged, RecordingError):
             raise
         except ModelError as exc:
             return await self._end(

@@ -1,0 +1,243 @@
+"""The flight recorder's journal: every boundary, in order, with attempt ids and execution keys;
+failed writes retried under the same ids; the recording setting kept with the session."""
+
+from __future__ import annotations
+
+import pytest
+
+import pytest_harness as ph
+from pytest_harness.store import MemoryStore
+
+pytestmark = pytest.mark.asyncio
+
+FINANCE = ph.Principal("fiona", ("finance",))
+
+SPEC = """
+rules:
+  - {{id: R1, when: 'tool == "refund" && args.amount > 100', then: approve, approvers: [finance]}}
+  - {{id: R2, when: 'tool == "delete_account"', then: deny}}
+guards:
+  - {{id: G1, on: output, check: regex, pattern: '\\b\\d{{16}}\\b', action: redact}}
+tasks:
+  orders:
+    prompt: You are the order desk.
+    tools: [lookup_order, refund, delete_account]
+state: {{record: {record}}}
+"""
+
+SCRIPT = (
+    "[{error: server}, {call: lookup_order, args: {order_id: A-1}}, "
+    "{calls: [{name: refund, args: {order_id: A-1, amount: 250}}, "
+    "{name: delete_account, args: {user: ann}}]}, "
+    "{say: 'Refunded, card 4111111111111111.'}]"
+)
+
+
+def write(app, *, record: str = "true", script: str = SCRIPT) -> None:
+    app.write(SPEC.format(record=record))
+    app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
+
+
+class FlakyStore(MemoryStore):
+    """A memory store whose commits that carry journal entries fail `fail` times."""
+
+    def __init__(self, fail: int) -> None:
+        super().__init__()
+        self.fail = fail
+        self.attempts: list[list[str]] = []
+
+    async def commit(self, run_id, token, **kwargs):  # type: ignore[no-untyped-def]
+        journal = kwargs.get("journal") or ()
+        if journal:
+            self.attempts.append([d.id for d in journal])
+            if self.fail > 0:
+                self.fail -= 1
+                raise ph.StoreError("disk I/O error (injected)")
+        return await super().commit(run_id, token, **kwargs)
+
+
+async def test_every_boundary_is_journaled_in_order(app) -> None:
+    write(app)
+    async with ph.load(app.spec) as harness:
+        waiting = await harness.run("orders", "Refund A-1", principal="ann")
+        done = await harness.approve(
+            waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+        )
+        assert done.ok
+        journal = await harness.store.journal(done.run_id)
+    assert [e.seq for e in journal] == list(range(1, len(journal) + 1))
+    assert len({e.id for e in journal}) == len(journal)
+    kinds = [e.kind for e in journal if e.kind != "event"]
+    assert kinds[0] == "run.started"
+    assert kinds[1:4] == ["model.started", "model.failed", "model.started"]
+    for kind in (
+        "model.response",
+        "model.processed",
+        "model.completed",
+        "tool.started",
+        "tool.dispatched",
+        "tool.returned",
+        "tool.processed",
+        "tool.failed",
+        "approval.requested",
+        "approval.answered",
+        "run.resumed",
+        "tool.resolved",
+        "checkpoint",
+    ):
+        assert kind in kinds, kind
+    events = [e.payload["event"] for e in journal if e.kind == "event"]
+    assert "tool_call_start" in events and events[-1] == "run_result"
+    # the failed attempt and its retry have their own attempt ids
+    started = [e.attempt_id for e in journal if e.kind == "model.started"]
+    assert len(started) == 4 and len(set(started)) == 4
+    failed = next(e for e in journal if e.kind == "model.failed")
+    assert failed.attempt_id == started[0] and failed.payload["error"] == "server"
+    # tool entries carry their execution key; a dispatch and its result share an attempt id
+    for e in journal:
+        if e.kind.startswith("tool.") or e.kind.startswith("approval."):
+            assert e.execution_key and e.execution_key.startswith("exk_"), e
+    dispatched = {e.execution_key: e.attempt_id for e in journal if e.kind == "tool.dispatched"}
+    returned = {e.execution_key: e.attempt_id for e in journal if e.kind == "tool.returned"}
+    assert dispatched == returned and len(dispatched) == 2
+    denied = next(e for e in journal if e.kind == "tool.failed")
+    assert denied.payload["outcome"]["kind"] == "denied" and not denied.payload["invoked"]
+    # guards: the raw answer before, the redacted text after
+    response, processed = (
+        [e for e in journal if e.kind == kind][-1] for kind in ("model.response", "model.processed")
+    )
+    assert "4111111111111111" in response.payload["answer"]["text"]
+    assert processed.payload["text"] == "Refunded, card [REDACTED]."
+    checkpoints = [e.payload["status"] for e in journal if e.kind == "checkpoint"]
+    assert checkpoints == ["awaiting_approval", "completed"]
+
+
+async def test_the_recording_is_derived_from_the_journal(app) -> None:
+    write(app)
+    async with ph.load(app.spec) as harness:
+        waiting = await harness.run("orders", "Refund A-1", principal="ann")
+        done = await harness.approve(
+            waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+        )
+        recording = await ph.Recording.from_store(harness.store, done.run_id)
+        report = await harness.replay(recording)
+    assert [t.answer.get("error") for t in recording.model_turns] == ["server", None, None, None]
+    assert [r.name for r in recording.tool_results] == ["lookup_order", "refund"]
+    assert [(a.tool, a.decision) for a in recording.approvals] == [("refund", "approve")]
+    assert recording.status == "completed" and recording.trace == done.trace
+    assert report.same, report.render()
+
+
+async def test_a_failed_journal_write_is_retried_under_the_same_ids(app) -> None:
+    write(app, script="[{say: hello}]")
+    store = FlakyStore(fail=2)
+    async with ph.load(app.spec, store=store) as harness:
+        done = await harness.run("orders", "hi", principal="ann")
+        journal = await store.journal(done.run_id)
+    assert done.ok
+    assert store.attempts[0] == store.attempts[1] == store.attempts[2]  # same ids each time
+    ids = [e.id for e in journal]
+    assert len(ids) == len(set(ids))
+    assert [e.seq for e in journal] == list(range(1, len(journal) + 1))
+
+
+async def test_a_journal_write_that_keeps_failing_stops_the_run(app) -> None:
+    write(app, script="[{say: hello}]")
+    store = FlakyStore(fail=100)
+    async with ph.load(app.spec, store=store) as harness:
+        with pytest.raises(ph.RecordingError, match="could not write the journal") as info:
+            await harness.run("orders", "hi", principal="ann")
+        assert "disk I/O error (injected)" in str(info.value)
+        (run,) = await store.list_runs()
+        assert run.status == "running" and run.state["phase"] == "start"  # did not advance
+        assert [e.kind for e in await store.journal(run.run_id)] == ["run.started"]
+    assert len(store.attempts) == 4
+
+
+async def test_an_unrecorded_run_has_no_journal_and_cannot_start_recording(app) -> None:
+    write(app, record="false", script="[{call: refund, args: {order_id: A-1, amount: 250}}]")
+    async with ph.load(app.spec) as harness:
+        waiting = await harness.run("orders", "Refund A-1", principal="ann")
+        assert await harness.store.journal(waiting.run_id) == []
+        with pytest.raises(ph.RecordingError, match="cannot be turned on"):
+            await harness.resume(waiting.run_id, record=True)
+        with pytest.raises(ph.HarnessError, match="was not recorded"):
+            await harness.export(waiting.run_id, app.root / "x.hx")
+    assert not (app.root / "x.hx").exists()
+
+
+async def test_the_recording_setting_is_saved_with_the_session(app) -> None:
+    write(app, script="[{say: one}, {say: two}, {say: three}]")
+    store = MemoryStore()
+    async with ph.load(app.spec, store=store) as recording:
+        first = await recording.run("orders", "hi", principal="ann")
+        assert (await store.get_run(first.run_id)).record
+    write(app, record="false", script="[{say: one}, {say: two}, {say: three}]")
+    async with ph.load(app.spec, store=store) as plain:  # no explicit setting: inherit
+        second = await plain.run("orders", "again", principal="ann", session_id=first.session_id)
+        assert (await store.get_run(second.run_id)).record
+        started = (await store.journal(second.run_id))[0]
+        assert started.payload["history"][-1]["content"] == "one"
+        other = await plain.run("orders", "new session", principal="ann")
+        assert not (await store.get_run(other.run_id)).record
+    async with ph.load(app.spec, store=store, record=False) as explicit:
+        with pytest.raises(ph.RecordingError, match="conflicts with the setting the session"):
+            await explicit.run("orders", "x", principal="ann", session_id=first.session_id)
+        with pytest.raises(ph.RecordingError, match="keeps recording"):
+            await explicit.resume(first.run_id, record=False)
+
+
+async def test_artifacts_returned_or_attached_are_kept_by_hash(app, tmp_path) -> None:
+    module = app.root / f"{app.module}.py"
+    module.write_text(module.read_text() + REPORT_TOOL)
+    write(app, script="[{call: lookup_order, args: {order_id: A-1}}, {say: done}]")
+    spec = app.spec.read_text()
+    spec = spec.replace(
+        "  delete_account: {", f'  report: {{call: "{app.module}:report"}}\n  delete_account: {{', 1
+    ).replace("tools: [lookup_order,", "tools: [report, lookup_order,")
+    spec = spec.replace("{call: lookup_order, args: {order_id: A-1}}", "{call: report, args: {}}")
+    app.spec.write_text(spec)
+    async with ph.load(app.spec) as harness:
+        done = await harness.run("orders", "report", principal="ann")
+        assert done.ok
+        journal = await harness.store.journal(done.run_id)
+        returned = next(e for e in journal if e.kind == "tool.returned")
+        uris = returned.payload["artifacts"]
+        assert len(uris) == 2
+        pdf = ph.Artifact(b"%PDF-1.7 total 250", "application/pdf", "invoice.pdf")
+        assert returned.payload["outcome"]["value"]["pdf"]["artifact"] == pdf.uri
+        assert pdf.uri in uris
+        stored = await harness.store.artifact(pdf.sha256)
+        assert stored is not None and stored.data == pdf.data and stored.name == "invoice.pdf"
+        full = await harness.export(
+            done.run_id,
+            tmp_path / "full.hx",
+            policy=ph.ExportPolicy(include_payloads=True, include_artifacts=True),
+        )
+        lean = await harness.export(
+            done.run_id, tmp_path / "lean.hx", policy=ph.ExportPolicy(include_payloads=True)
+        )
+    played = ph.playback(full)
+    assert played.report.complete, played.report.issues
+    assert played.artifacts[pdf.sha256] == pdf.data
+    assert {a["status"] for a in played.manifest["artifacts"]} == {"included"}
+    report = ph.verify_archive(lean)
+    assert report.valid and not report.complete
+    assert {i.code for i in report.issues} == {"artifact_omitted"}
+
+
+REPORT_TOOL = '''
+
+def report() -> dict:
+    """Writes a report."""
+    uri = ph.current_tool_context().attach(b"a,b\\n1,2\\n", "text/csv", "rows.csv")
+    pdf = ph.Artifact(b"%PDF-1.7 total 250", "application/pdf", "invoice.pdf")
+    return {"pdf": pdf, "csv": uri}
+'''
+
+
+async def test_an_artifact_needs_bytes_and_a_media_type() -> None:
+    with pytest.raises(ph.HarnessError, match="must be bytes"):
+        ph.Artifact("text", "text/plain")  # type: ignore[arg-type]
+    with pytest.raises(ph.HarnessError, match="type/subtype"):
+        ph.Artifact(b"x", "pdf")
