@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
@@ -151,7 +152,15 @@ def _read(source: str | os.PathLike[str] | bytes, limits: BundleLimits) -> _Read
         pass
     except (zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
         read.issue("bad_zip", f"not a readable ZIP archive: {exc}")
-    except (OSError, EOFError, ValueError, NotImplementedError, RuntimeError, OverflowError) as exc:
+    except (
+        OSError,
+        EOFError,
+        ValueError,
+        NotImplementedError,
+        RuntimeError,
+        OverflowError,
+        zlib.error,
+    ) as exc:
         read.issue("bad_zip", f"not a readable ZIP archive: {type(exc).__name__}: {exc}")
     return read
 
@@ -259,7 +268,7 @@ def _member(
     except zipfile.BadZipFile as exc:
         code = "crc_mismatch" if "CRC" in str(exc) else "bad_zip"
         raise read.fatal(code, f"member {name!r}: {exc}") from None
-    except (OSError, EOFError, ValueError, RuntimeError, NotImplementedError) as exc:
+    except (OSError, EOFError, ValueError, RuntimeError, NotImplementedError, zlib.error) as exc:
         raise read.fatal("bad_zip", f"member {name!r}: {type(exc).__name__}: {exc}") from None
     if total != info.file_size:
         raise read.fatal(

@@ -1,0 +1,155 @@
+"""Export: metadata only by default, redaction on a copy, limits that fail, atomic 0600 files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import pytest_harness as ph
+
+from .conftest import make_archives
+
+
+def records(path: Path) -> list[dict]:
+    with zipfile.ZipFile(path) as archive:
+        return [json.loads(line) for line in archive.read("records.jsonl").splitlines()]
+
+
+def test_metadata_only_is_the_default(archives) -> None:
+    meta = archives["meta"]
+    report = ph.verify_archive(meta)
+    assert report.valid and not report.complete
+    assert [i.code for i in report.issues] == ["payloads_omitted"]
+    for record in records(meta):
+        assert record["omitted"] is True and record["payload"]["omitted"] is True
+        assert "args" not in record["payload"] and "input" not in record["payload"]
+    manifest = report.manifest
+    assert manifest is not None and "output" not in manifest["final_state"]
+    assert manifest["policy"] == {
+        "include_payloads": False,
+        "include_artifacts": False,
+        "redact": False,
+    }
+    with pytest.raises(ph.ArchiveError, match="no payloads to replay.*--include-payloads"):
+        ph.Recording.load(meta)
+
+
+def test_payloads_are_credential_redacted_and_marked(archives) -> None:
+    full = archives["full"]
+    text = full.read_bytes()
+    assert b"sk-live-123" not in zipfile.ZipFile(full).read("records.jsonl")
+    assert text  # the archive exists
+    started = [r for r in records(full) if r["kind"] == "tool.started"][0]
+    assert started["payload"]["args"]["api_key"] == "[REDACTED]" and started["redacted"]
+    report = ph.verify_archive(full)
+    assert report.valid and not report.complete
+    assert {i.code for i in report.issues} == {"payload_redacted"}
+    assert report.manifest["final_state"]["output"] == "Refunded A-1."  # type: ignore[index]
+
+
+def test_an_archive_with_payloads_loads_and_replays(app, archives) -> None:
+    recording = ph.Recording.load(archives["full"])
+    assert recording.task == "orders" and recording.status == "completed"
+    assert [t.name for t in recording.tool_results] == ["lookup_order", "refund"]
+
+    async def replay() -> ph.ReplayReport:
+        async with ph.load(app.spec) as harness:
+            return await harness.replay(str(archives["full"]))
+
+    report = asyncio.run(replay())
+    assert report.same, report.render()
+
+
+def test_the_redact_callback_runs_on_a_copy_then_credentials(app, tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def redact(kind: str, payload: dict) -> dict | None:
+        seen.append(kind)
+        if kind == "run.started":
+            return None
+        if kind == "tool.returned":
+            payload["outcome"]["value"] = "hidden"
+            payload["token"] = "abc"  # credential redaction runs after the callback
+        return payload
+
+    async def go() -> tuple[Path, list]:
+        paths = await make_archives(app, tmp_path / "a")
+        async with ph.load(app.spec) as harness:
+            run_id = str(paths["run_id"])
+            policy = ph.ExportPolicy(include_payloads=True, redact=redact)
+            path = await harness.export(run_id, tmp_path / "r.hx", policy=policy)
+            journal = await harness.store.journal(run_id)
+        return path, journal
+
+    path, journal = asyncio.run(go())
+    assert "run.started" in seen
+    got = records(path)
+    assert got[0]["omitted"] and got[0]["redacted"]
+    returned = [r for r in got if r["kind"] == "tool.returned"][0]
+    assert returned["payload"]["outcome"]["value"] == "hidden"
+    assert returned["payload"]["token"] == "[REDACTED]"
+    stored = [e for e in journal if e.kind == "tool.returned"][0]
+    assert stored.payload["outcome"]["value"] != "hidden" and "token" not in stored.payload
+    report = ph.verify_archive(path)
+    assert report.valid and {"payload_redacted", "payloads_omitted"} <= {
+        i.code for i in report.issues
+    }
+
+
+def test_the_file_is_private_and_never_overwritten(app, archives) -> None:
+    full = archives["full"]
+    assert stat.S_IMODE(full.stat().st_mode) == 0o600
+    before = full.read_bytes()
+
+    async def again() -> None:
+        async with ph.load(app.spec) as harness:
+            await harness.export(str(archives["run_id"]), full)
+
+    with pytest.raises(FileExistsError):
+        asyncio.run(again())
+    assert full.read_bytes() == before
+    assert sorted(p.name for p in full.parent.iterdir()) == ["full.hx", "meta.hx"]  # no temp
+
+
+@pytest.mark.parametrize(
+    ("limit", "value"),
+    [
+        ("max_records", 3),
+        ("max_member_bytes", 200),
+        ("max_expanded_bytes", 500),
+        ("max_archive_bytes", 300),
+        ("max_members", 1),
+    ],
+)
+def test_a_limit_fails_the_export_and_writes_nothing(
+    app, tmp_path: Path, limit: str, value: int
+) -> None:
+    async def go() -> None:
+        paths = await make_archives(app, tmp_path / "a")
+        async with ph.load(app.spec) as harness:
+            policy = ph.ExportPolicy(
+                include_payloads=True, limits=ph.BundleLimits(**{limit: value})
+            )
+            await harness.export(str(paths["run_id"]), tmp_path / "big.hx", policy=policy)
+
+    with pytest.raises(ph.ArchiveError, match=f"BundleLimits.{limit}={value}"):
+        asyncio.run(go())
+    assert not (tmp_path / "big.hx").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_bad_limits_and_suffixes_are_typed_errors(app, archives, tmp_path: Path) -> None:
+    with pytest.raises(ph.ArchiveError, match="max_records must be a positive integer"):
+        ph.BundleLimits(max_records=0)
+
+    async def go() -> None:
+        async with ph.load(app.spec) as harness:
+            await harness.export(str(archives["run_id"]), tmp_path / "x.zip")
+
+    with pytest.raises(ph.ArchiveError, match=r"must end in \.hx .* or \.yaml"):
+        asyncio.run(go())
