@@ -35,7 +35,7 @@ def test_metadata_only_is_the_default(archives) -> None:
         "include_artifacts": False,
         "redact": False,
     }
-    with pytest.raises(ph.ArchiveError, match="no payloads to replay.*--include-payloads"):
+    with pytest.raises(ph.ArchiveError, match=r"no payloads to replay.*--include-payloads"):
         ph.Recording.load(meta)
 
 
@@ -44,7 +44,7 @@ def test_payloads_are_credential_redacted_and_marked(archives) -> None:
     text = full.read_bytes()
     assert b"sk-live-123" not in zipfile.ZipFile(full).read("records.jsonl")
     assert text  # the archive exists
-    started = [r for r in records(full) if r["kind"] == "tool.started"][0]
+    started = next(r for r in records(full) if r["kind"] == "tool.started")
     assert started["payload"]["args"]["api_key"] == "[REDACTED]" and started["redacted"]
     report = ph.verify_archive(full)
     assert report.valid and not report.complete
@@ -90,10 +90,10 @@ def test_the_redact_callback_runs_on_a_copy_then_credentials(app, tmp_path: Path
     assert "run.started" in seen
     got = records(path)
     assert got[0]["omitted"] and got[0]["redacted"]
-    returned = [r for r in got if r["kind"] == "tool.returned"][0]
+    returned = next(r for r in got if r["kind"] == "tool.returned")
     assert returned["payload"]["outcome"]["value"] == "hidden"
     assert returned["payload"]["token"] == "[REDACTED]"
-    stored = [e for e in journal if e.kind == "tool.returned"][0]
+    stored = next(e for e in journal if e.kind == "tool.returned")
     assert stored.payload["outcome"]["value"] != "hidden" and "token" not in stored.payload
     report = ph.verify_archive(path)
     assert report.valid and {"payload_redacted", "payloads_omitted"} <= {

@@ -203,7 +203,7 @@ def test_the_hostile_corpus_is_rejected_and_nothing_is_written(
     report = ph.verify_archive(hostile, limits=limits)
     assert not report.valid and not report.complete
     assert {i.code for i in report.issues if i.affects == "valid"} & codes, report.issues
-    with pytest.raises(ph.ArchiveError, match="not a valid .hx archive"):
+    with pytest.raises(ph.ArchiveError, match=r"not a valid \.hx archive"):
         ph.playback(hostile, limits=limits)
     with pytest.raises(ph.ArchiveError):
         ph.Recording.load(hostile)
