@@ -128,7 +128,7 @@ class RecordingItem(pytest.Item):
             harness = session.harness(settings.spec, settings.env)
             harness.spec.task(recording.task)
         except HarnessError as exc:
-            problem = f"cannot replay {self.shown}: {exc}"
+            problem = f"cannot replay {self.shown}: {str(exc).replace(str(self.path), self.shown)}"
         else:
             self._recording, self._harness = recording, harness
             return

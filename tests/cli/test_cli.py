@@ -266,11 +266,74 @@ def test_export_writes_a_yaml_recording_once(cli, quickstart: Path) -> None:
     assert (quickstart / "recordings" / "again.yaml").read_text(encoding="utf-8") == text
 
 
-def test_export_to_hx_is_not_supported_yet(cli) -> None:
+def test_export_verify_playback_and_replay_an_archive(cli) -> None:
     run_id = record_refund(cli)
-    result = cli("export", run_id, "refund.hx", "harness.yaml", "--include-payloads")
-    one_error_line(result, "refund.hx", ".hx archives are not supported yet")
-    assert not Path("refund.hx").exists()
+    exported = cli("export", run_id, "refund.hx", "harness.yaml", "--include-payloads")
+    assert (exported.code, exported.err) == (0, ""), exported.err
+    assert exported.out == f"wrote refund.hx (run {run_id})\n"
+    verified = cli("verify", "refund.hx")
+    assert verified.code == 0, verified.out
+    assert verified.out.startswith(f"refund.hx: valid, complete (run {run_id}, orders, completed)")
+    shown = cli("verify", "refund.hx", "--json")
+    report = json.loads(shown.out)
+    assert (report["valid"], report["complete"], report["issues"]) == (True, True, [])
+    played = cli("playback", "refund.hx")
+    assert played.code == 0
+    lines = played.out.splitlines()
+    assert lines[0].startswith(f"run {run_id} (orders), session ses_")
+    assert re.match(r"^seq\s+kind\s+step\s+attempt\s+execution key\s+summary", lines[1])
+    assert re.match(r"^1\s+run\.started\s+0\s+task orders: 'Refund \$250", lines[2])
+    assert any(
+        re.search(r"tool\.dispatched\s+1\s+att_\S+\s+exk_\S+\s+lookup_order", ln) for ln in lines
+    )
+    data = json.loads(cli("playback", "refund.hx", "--json").out)
+    assert [r["seq"] for r in data["records"]] == list(range(1, len(data["records"]) + 1))
+    replayed = cli("replay", "refund.hx", "harness.yaml")
+    assert replayed.code == 0, replayed.err
+    assert replayed.out.startswith("same: recording refund.hx (orders) ended completed")
+
+
+def test_a_metadata_only_archive_verifies_but_does_not_replay(cli) -> None:
+    run_id = record_refund(cli)
+    assert cli("export", run_id, "meta.hx", "harness.yaml").code == 0
+    verified = cli("verify", "meta.hx")
+    assert verified.code == 0
+    assert "valid, incomplete" in verified.out and "payloads_omitted" in verified.out
+    one_error_line(
+        cli("replay", "meta.hx", "harness.yaml"), "no payloads to replay", "--include-payloads"
+    )
+    one_error_line(cli("export", run_id, "meta.hx", "harness.yaml"), "exists", "never overwrites")
+
+
+def test_verify_exits_1_for_an_invalid_archive_and_playback_2(cli) -> None:
+    Path("bad.hx").write_bytes(b"PK\x03\x04 not really")
+    verified = cli("verify", "bad.hx")
+    assert verified.code == 1
+    assert "bad.hx: invalid" in verified.out and "bad_zip" in verified.out
+    assert json.loads(cli("verify", "bad.hx", "--json").out)["valid"] is False
+    one_error_line(cli("playback", "bad.hx"), "not a valid .hx archive")
+
+
+def test_export_incident_reads_the_store_alone(cli) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    run_id = record_refund(cli)
+    Path("harness.yaml").unlink()  # no spec needed
+    with closing(sqlite3.connect(".harness/state.db")) as conn:
+        (session,) = conn.execute(
+            "SELECT session_id FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+    result = cli(
+        "export-incident", ".harness/state.db", session, run_id, "i.hx", "--include-payloads"
+    )
+    assert result.code == 0, result.err
+    assert json.loads(cli("verify", "i.hx", "--json").out)["complete"] is True
+    one_error_line(
+        cli("export-incident", ".harness/state.db", "ses_x", run_id, "j.hx"), "does not belong"
+    )
+    one_error_line(cli("export-incident", "nope.db", session, run_id, "j.hx"), "no such file")
+    assert not Path("j.hx").exists()
 
 
 def test_export_include_flags_do_nothing_for_yaml_and_say_so(cli) -> None:

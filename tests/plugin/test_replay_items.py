@@ -156,7 +156,8 @@ def test_a_corrupt_recording_is_an_error_naming_the_file(project: Project) -> No
             "cannot replay recordings/test_desk/corrupt.yaml: bad recording file "
             "recordings/test_desk/corrupt.yaml:3: invalid YAML*",
             "*ERROR at setup of replay recordings/test_desk/incident.hx*",
-            "cannot replay recordings/test_desk/incident.hx: .hx archives are not supported yet*",
+            "cannot replay recordings/test_desk/incident.hx: recordings/test_desk/incident.hx: "
+            "not a valid .hx archive: bad_zip: not a readable ZIP archive*",
             "*6 recordings replayed: 4 same, 0 drifted, 0 diverged, 2 errors",
         ]
     )
