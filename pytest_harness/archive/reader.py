@@ -118,8 +118,10 @@ def recording_from_archive(path: str | os.PathLike[str]) -> Any:
     from pytest_harness.errors import HarnessError
     from pytest_harness.recording.model import Recording
 
-    read = playback(path)
     shown = os.fspath(path)
+    if not Path(shown).is_file():
+        raise ArchiveError(f"{shown}: file not found")
+    read = playback(path)
     if any(r.get("omitted") for r in read.records):
         raise ArchiveError(
             f"{shown} has no payloads to replay: it was exported metadata-only (the default). "

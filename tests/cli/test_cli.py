@@ -498,7 +498,7 @@ def test_a_recording_of_a_newer_format_exits_2(cli, quickstart: Path) -> None:
 def test_replay_of_an_unknown_run_or_a_missing_file_exits_2(cli) -> None:
     one_error_line(cli("replay", "run_nope", "harness.yaml"), "run_nope: unknown run 'run_nope'")
     one_error_line(cli("replay", "missing.yaml", "harness.yaml"), "file not found")
-    one_error_line(cli("replay", "x.hx", "harness.yaml"), "not supported yet")
+    one_error_line(cli("replay", "x.hx", "harness.yaml"), "x.hx: file not found")
 
 
 def test_replay_of_many_inputs_shows_no_progress_bar_when_not_a_terminal(cli) -> None:
@@ -555,10 +555,11 @@ def test_help_and_version_exit_0(cli) -> None:
     assert top.code == 0
     for name in ("run", "replay", "runs", "show", "approve", "export", "exit codes:"):
         assert name in top.out
-    assert "verify" not in top.out and "playback" not in top.out
+    for name in ("export-incident", "verify", "playback"):
+        assert name in top.out
     export = cli("export", "--help")
     assert export.code == 0
-    assert "for .hx archives (not available yet)" in " ".join(export.out.split())
+    assert "--include-payloads" in export.out and ".hx incident archive" in export.out
     assert cli("--version").out.startswith("pytest-harness ")
 
 
