@@ -134,6 +134,7 @@ class Recording:
         tools: list[ToolResult] = []
         approvals: list[ApprovalDecision] = []
         checkpoint: Mapping[str, Any] | None = None
+        sent: dict[str, Any] = {"system": None, "tools": [], "messages": []}
         for item in entries:
             entry = item.to_dict() if isinstance(item, JournalEntry) else item
             kind, payload = entry["kind"], entry["payload"]
@@ -141,7 +142,7 @@ class Recording:
             if kind == "run.started":
                 started, run_id = payload, run_id or entry.get("run_id")
             elif kind == "model.started":
-                requests[str(attempt)] = (payload["model"], payload)
+                requests[str(attempt)] = (payload["model"], _whole(payload, sent))
             elif kind in ("model.response", "model.failed") and str(attempt) in requests:
                 model, request = requests.pop(str(attempt))
                 if kind == "model.response":
@@ -333,3 +334,18 @@ class Recording:
             ]
         cleaned: dict[str, Any] = stable_ids(data)
         return cleaned
+
+
+def _whole(payload: Mapping[str, Any], sent: dict[str, Any]) -> Mapping[str, Any]:
+    """A `model.started` payload with its request rebuilt whole from the deltas before it."""
+    delta = payload.get("request")
+    if not isinstance(delta, Mapping) or "messages_from" not in delta:
+        return payload
+    messages = [*sent["messages"][: delta["messages_from"]], *delta["messages"]]
+    request = {
+        "system": delta.get("system", sent["system"]),
+        "messages": messages,
+        "tools": delta.get("tools", sent["tools"]),
+    }
+    sent.update(request)
+    return {**payload, "request": request}

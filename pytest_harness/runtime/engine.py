@@ -230,6 +230,8 @@ class Driver:
         """Why the next model request replaces an earlier attempt (`interrupted`, `retry`)."""
         self._streamed: str | None = None
         """The last attempt that streamed text."""
+        self._sent: tuple[int, Any, Any] | None = None
+        """What this drive's last journaled request held: message count, system, tools."""
         self._last_attempt: str | None = None
         """The id of the last model attempt that ended (its later entries carry it)."""
         self._started = time.monotonic()
@@ -592,12 +594,32 @@ class Driver:
                 # and part by part, so a replay can say which part changed
                 "digest": content_digest(seen),
                 "parts": {part: content_digest(seen[part]) for part in PARTS},
-                "request": content if self.ctx.keep_requests else None,
+                "request": self._request_delta(content) if self.ctx.keep_requests else None,
             },
             step=self.state.steps + 1,
             attempt_id=request.attempt_id,
         )
         await self._commit([], phase=Boundary.MODEL_STARTED)
+
+    def _request_delta(self, content: dict[str, Any]) -> dict[str, Any]:
+        """The request as `model.started` keeps it: what changed since this drive's last one.
+
+        A run's messages only grow, so each request records the messages after
+        `messages_from` (the count the previous request of this drive had; 0 for a drive's
+        first request), and its system prompt and tool schemas only when they changed. The
+        journal stays linear in the run's length; `Recording.from_journal` rebuilds each
+        request whole.
+        """
+        messages = content["messages"]
+        sent = self._sent
+        start = sent[0] if sent is not None and sent[0] <= len(messages) else 0
+        delta: dict[str, Any] = {"messages_from": start, "messages": messages[start:]}
+        if sent is None or start == 0 or sent[1] != content["system"]:
+            delta["system"] = content["system"]
+        if sent is None or start == 0 or sent[2] != content["tools"]:
+            delta["tools"] = content["tools"]
+        self._sent = (len(messages), content["system"], content["tools"])
+        return delta
 
     def _end_attempt(self, kind: str, link: ModelLink, payload: dict[str, Any]) -> None:
         attempt = self.state.attempt

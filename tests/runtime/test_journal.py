@@ -126,6 +126,14 @@ async def test_the_recording_is_derived_from_the_journal(app) -> None:
     assert [(a.tool, a.decision) for a in recording.approvals] == [("refund", "approve")]
     assert recording.status == "completed" and recording.trace == done.trace
     assert report.same, report.render()
+    # requests are journaled as deltas and rebuilt whole: each matches its digest
+    from pytest_harness.models.base import content_digest
+    from pytest_harness.redaction import comparable
+
+    for turn in recording.model_turns:
+        assert turn.request is not None
+        assert content_digest(comparable(dict(turn.request))) == turn.digest
+    assert len(recording.model_turns[-1].request["messages"]) == 6  # type: ignore[index]
 
 
 async def test_a_failed_journal_write_is_retried_under_the_same_ids(app) -> None:
