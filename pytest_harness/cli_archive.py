@@ -190,6 +190,18 @@ def summary(record: Mapping[str, Any]) -> str:
         text = f"{payload.get('model')}: " + (
             f"calls {calls}" if calls else repr(answer.get("text"))
         )
+    elif kind == "model.completed":
+        usage = payload.get("usage") or {}
+        text = (
+            f"{payload.get('model')}: {usage.get('input_tokens')} tokens in, "
+            f"{usage.get('output_tokens')} out"
+        )
+    elif kind == "model.processed":
+        calls = ", ".join(str(c.get("name")) for c in payload.get("calls") or [])
+        shown = f"calls {calls}" if calls else repr(payload.get("text"))
+        text = f"{payload.get('model')}: {shown}"
+    elif kind.startswith("approval."):
+        text = f"{payload.get('tool')} {payload.get('decision') or payload.get('rule') or ''}"
     elif kind == "model.failed":
         text = f"{payload.get('model')}: {payload.get('error') or payload.get('exception')}"
     elif kind.startswith("tool."):
