@@ -28,6 +28,7 @@ from pytest_harness.runtime.results import RunResult, RunStatus
 if TYPE_CHECKING:
     import asyncio
 
+    from pytest_harness.archive.export import ExportPolicy
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness, RunHandle
@@ -244,9 +245,9 @@ class SyncHarness:
             self.harness.approve(run_id, approval_id, decision, approver=approver, reason=reason)
         )
 
-    def resume(self, run_id: str) -> RunResult:
+    def resume(self, run_id: str, *, record: bool | None = None) -> RunResult:
         """Continue a suspended or interrupted run from its last checkpoint."""
-        return self.wait(self.harness.resume(run_id))
+        return self.wait(self.harness.resume(run_id, record=record))
 
     def runs(
         self,
@@ -268,9 +269,11 @@ class SyncHarness:
         """
         return self.wait(self.harness.replay(source, tools=tools))
 
-    def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
-        """Write a recorded run as a golden recording file."""
-        return self.wait(self.harness.export(run_id, dest))
+    def export(
+        self, run_id: str, dest: str | os.PathLike[str], *, policy: ExportPolicy | None = None
+    ) -> Path:
+        """Write a recorded run as a `.hx` archive or a `.yaml` golden file, by suffix."""
+        return self.wait(self.harness.export(run_id, dest, policy=policy))
 
 
 # -- script turns ------------------------------------------------------------------------------

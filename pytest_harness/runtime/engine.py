@@ -292,9 +292,11 @@ class Driver:
         except (StoreError, RecordingError, ReplayDiverged, DriveStopped, asyncio.CancelledError):
             raise
         except Exception as exc:  # a bug in a plugin or in user code outside a tool
-            return await self._end(
-                RunStatus.FAILED, error={"type": type(exc).__name__, "message": str(exc)}
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            self.journal.note(
+                "command.failed", {"command": "drive", **error}, step=self.state.steps
             )
+            return await self._end(RunStatus.FAILED, error=error)
         finally:
             if renewer is not None:
                 renewer.cancel()

@@ -249,3 +249,24 @@ async def test_an_artifact_needs_bytes_and_a_media_type() -> None:
         ph.Artifact("text", "text/plain")  # type: ignore[arg-type]
     with pytest.raises(ph.HarnessError, match="type/subtype"):
         ph.Artifact(b"x", "pdf")
+
+
+async def test_an_error_outside_a_tool_is_journaled_as_command_failed(app) -> None:
+    module = app.root / f"{app.module}.py"
+    module.write_text(
+        module.read_text() + "\n\ndef broken_guard(text, context):\n    raise RuntimeError('bug')\n"
+    )
+    write(app, script="[{say: hello}]")
+    spec = app.spec.read_text().replace(
+        "guards:\n",
+        f'guards:\n  - {{id: G9, on: output, check: "{app.module}:broken_guard", action: block}}\n',
+        1,
+    )
+    app.spec.write_text(spec)
+    async with ph.load(app.spec) as harness:
+        failed = await harness.run("orders", "hi", principal="ann")
+        journal = await harness.store.journal(failed.run_id)
+    assert failed.status is ph.RunStatus.FAILED
+    (entry,) = [e for e in journal if e.kind == "command.failed"]
+    assert entry.payload == {"command": "drive", "type": "RuntimeError", "message": "bug"}
+    assert journal[-1].kind == "checkpoint" and journal[-1].payload["status"] == "failed"
