@@ -149,7 +149,7 @@ async def export_run(
             f"run {record.run_id} was not recorded, so it has no journal to export; start runs "
             "with state.record: true (or load(..., record=True))"
         )
-    entries = await store.journal(record.run_id)
+    record, entries = await _snapshot(store, record.run_id)
     limits = policy.limits
     if len(entries) > limits.max_records:
         raise ArchiveError(
@@ -165,6 +165,27 @@ async def export_run(
     data = _zip(members, limits, record.run_id)
     _publish(data, dest)
     return dest
+
+
+async def _snapshot(store: Store, run_id: str) -> tuple[RunRecord, list[JournalEntry]]:
+    """The run and its journal as of one moment, though another worker may drive it meanwhile.
+
+    The journal is read first and the run after it, so the run is at least as new as the
+    journal; when the run has stopped and the journal's last checkpoint says otherwise, a
+    commit landed in between and the journal is read again.
+    """
+    for _ in range(5):
+        entries = await store.journal(run_id)
+        record = await store.get_run(run_id)
+        if record.status == "running":
+            return record, entries
+        last = next((e for e in reversed(entries) if e.kind == "checkpoint"), None)
+        if last is not None and last.payload.get("status") == record.status:
+            return record, entries
+    raise ArchiveError(
+        f"cannot export run {run_id}: it kept changing while it was read (another worker "
+        "drives it); retry, or export once it stops"
+    )
 
 
 def _records(
