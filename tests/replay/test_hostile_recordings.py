@@ -69,3 +69,17 @@ def test_argument_reads_finds_the_name_unless_it_is_guarded(name: str, guard: st
     reads = argument_reads(source)
     assert reads.tools == ("t",)
     assert reads.names == (() if guard else (name,))
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.binary(max_size=600))
+def test_any_bytes_as_a_hx_archive_load_or_are_an_archive_error(tmp_path_factory, data) -> None:
+    # the archive reader's own suite (hostile corpus, mutated ZIPs) is tests/archive/
+    path = tmp_path_factory.mktemp("hx") / "incident.hx"
+    path.write_bytes(b"PK\x03\x04" + data)
+    try:
+        Recording.load(path)
+    except ArchiveError:
+        pass
