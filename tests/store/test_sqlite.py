@@ -206,24 +206,29 @@ async def test_schema_version_is_recorded(store: SQLiteStore) -> None:
     assert versions == list(range(1, SCHEMA_VERSION + 1))
 
 
+def drop_journal(conn: sqlite3.Connection) -> None:
+    """Undo schema version 4 (the flight recorder's journal and artifacts)."""
+    for trigger in ("runs_created_journal", "runs_journaled", "approvals_journaled"):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DROP TABLE journal")
+    conn.execute("DROP TABLE artifacts")
+    for table, column in (
+        ("runs", "record"),
+        ("runs", "pending_journal"),
+        ("approvals", "pending_journal"),
+    ):
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+
+
 async def test_a_version_1_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     store = SQLiteStore(path)
     record, _ = await store.create_run(new_run())
     await store.close()
     with raw(path) as conn:  # what version 1 wrote: no control column, no samples, no journal
-        for trigger in ("runs_created_journal", "runs_journaled", "approvals_journaled"):
-            conn.execute(f"DROP TRIGGER {trigger}")
-        conn.execute("DROP TABLE journal")
-        conn.execute("DROP TABLE artifacts")
+        drop_journal(conn)
         conn.execute("DROP TABLE samples")
-        for table, column in (
-            ("runs", "record"),
-            ("runs", "pending_journal"),
-            ("approvals", "pending_journal"),
-            ("runs", "control"),
-        ):
-            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.execute("ALTER TABLE runs DROP COLUMN control")
         conn.execute("DELETE FROM schema_version WHERE version > 1")
     migrated = SQLiteStore(path)
     try:
@@ -484,7 +489,8 @@ async def test_a_version_2_file_gets_the_samples_table(tmp_path: Path) -> None:
     store = SQLiteStore(path)
     record, _ = await store.create_run(new_run())
     await store.close()
-    with raw(path) as conn:  # what version 2 wrote: no samples table
+    with raw(path) as conn:  # what version 2 wrote: no samples table, no journal
+        drop_journal(conn)
         conn.execute("DROP TABLE samples")
         conn.execute("DELETE FROM schema_version WHERE version > 2")
     migrated = SQLiteStore(path)
