@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
         "sources",
         metavar="RUN_ID|FILE|FOLDER",
         nargs="+",
-        help="stored run ids, recording files (.yaml, .hx exported with payloads), or folders of them",
+        help="stored run ids, recording files (.yaml, .hx exported with payloads), or folders "
+        "of them",
     )
     spec_and_env(replay, positional=False)
     replay.add_argument(

@@ -26,6 +26,7 @@ __all__ = [
     "CREATE",
     "DECIDE",
     "EXPIRED",
+    "JOURNAL",
     "RELEASE",
     "RENEW",
     "RUN",
@@ -33,12 +34,33 @@ __all__ = [
 
 RUN = (
     "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
-    "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control"
+    "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control, record"
 )
+JOURNAL = "id, seq, session_id, run_id, step, attempt_id, ts, execution_key, kind, payload"
 APPROVAL = (
     "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
     "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"
 )
+
+
+def _journal_of(source: str) -> str:
+    """A CTE body appending the `%(journal)s` entries to the journal of `source`'s run.
+
+    Each entry gets the run's next `seq`; an id the run already journaled (a retried write) is
+    skipped. The caller holds the run's row lock, so the run's journal writers are serialized.
+    """
+    return (
+        "INSERT INTO journal (run_id, seq, id, session_id, step, attempt_id, ts, execution_key, "
+        f"kind, payload) SELECT {source}.run_id, (SELECT coalesce(max(x.seq), 0) FROM journal x "
+        f"WHERE x.run_id = {source}.run_id) + row_number() OVER (ORDER BY j.ord), j.id, "
+        f"{source}.session_id, j.step, j.attempt_id, j.ts, j.execution_key, j.kind, "
+        f"j.payload::text FROM {source}, ROWS FROM (json_to_recordset(%(journal)s::json) AS "
+        "(id text, kind text, step integer, ts float8, attempt_id text, execution_key text, "
+        "payload json)) WITH ORDINALITY AS j(id, kind, step, ts, attempt_id, execution_key, "
+        "payload, ord) WHERE NOT EXISTS (SELECT 1 FROM journal y WHERE y.run_id = "
+        f"{source}.run_id AND y.id = j.id) ORDER BY j.ord"
+    )
+
 
 _EVENTS_OF = (
     "ROWS FROM (json_to_recordset(%(events)s::json) AS (kind text, data json)) "
@@ -49,10 +71,12 @@ CREATE = (
     "WITH ins AS ("
     "INSERT INTO runs (run_id, session_id, task, tenant, tenant_key, principal, input, labels, "
     "idempotency_key, status, state, created_at, updated_at, lease_owner, lease_token, "
-    "lease_expires) VALUES (%(run_id)s, %(session_id)s, %(task)s, %(tenant)s, %(tenant_key)s, "
-    "%(principal)s, %(input)s, %(labels)s, %(idempotency_key)s, %(status)s, %(state)s, "
-    "%(now)s, %(now)s, %(owner)s, %(token)s, %(expires)s) "
-    "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING run_id, updated_at), "
+    "lease_expires, record) VALUES (%(run_id)s, %(session_id)s, %(task)s, %(tenant)s, "
+    "%(tenant_key)s, %(principal)s, %(input)s, %(labels)s, %(idempotency_key)s, %(status)s, "
+    "%(state)s, %(now)s, %(now)s, %(owner)s, %(token)s, %(expires)s, %(record)s) "
+    "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING "
+    "RETURNING run_id, session_id, updated_at), "
+    f"jr AS ({_journal_of('ins')}), "
     "ev AS (INSERT INTO events (run_id, kind, data, at) "
     f"SELECT ins.run_id, e.kind, e.data::text, ins.updated_at FROM ins, {_EVENTS_OF} "
     "ORDER BY e.ord) "
@@ -68,10 +92,11 @@ COMMIT = (
     "lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END, "
     "control = CASE WHEN control = %(clear_control)s THEN NULL ELSE control END "
     "WHERE run_id = %(run_id)s AND lease_token = %(token)s "
-    "RETURNING run_id, control, updated_at), "
+    "RETURNING run_id, session_id, control, updated_at), "
     "ev AS (INSERT INTO events (run_id, kind, data, at) "
     f"SELECT upd.run_id, e.kind, e.data::text, upd.updated_at FROM upd, {_EVENTS_OF} "
     "ORDER BY e.ord), "
+    f"jr AS ({_journal_of('upd')}), "
     "ap AS (INSERT INTO approvals (approval_id, run_id, execution_key, args_digest, tool, args, "
     "rule_id, approvers, requested_by, self_approve, requested_at) "
     "SELECT a.approval_id, upd.run_id, a.execution_key, a.args_digest, a.tool, a.args::text, "
@@ -128,7 +153,7 @@ CLAIM = (
 return the lease expiry it had (`was`)."""
 
 DECIDE = (
-    "WITH run AS (SELECT run_id FROM runs WHERE run_id = %(run_id)s FOR UPDATE), "
+    "WITH run AS (SELECT run_id, session_id FROM runs WHERE run_id = %(run_id)s FOR UPDATE), "
     "dec AS (UPDATE approvals SET status = %(decision)s, approver = %(approver)s, "
     "approver_roles = %(roles)s, reason = %(reason)s, decided_at = %(now)s FROM run "
     "WHERE approvals.approval_id = %(approval_id)s AND approvals.run_id = run.run_id "
@@ -136,7 +161,9 @@ DECIDE = (
     f"RETURNING {', '.join('approvals.' + c for c in APPROVAL.split(', '))}), "
     "ev AS (INSERT INTO events (run_id, kind, data, at) "
     "SELECT dec.run_id, %(kind)s, %(data)s, dec.decided_at FROM dec "
-    "WHERE %(kind)s::text IS NOT NULL) "
+    "WHERE %(kind)s::text IS NOT NULL), "
+    "decided AS (SELECT run.run_id, run.session_id FROM run, dec), "
+    f"jr AS ({_journal_of('decided')}) "
     "SELECT dec.*, pg_notify(%(channel)s, dec.run_id) FROM dec"
 )
 

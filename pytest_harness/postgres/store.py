@@ -35,15 +35,20 @@ from pytest_harness.postgres import sqltext as q
 from pytest_harness.postgres.listen import Listener
 from pytest_harness.postgres.migrate import latest_version, migrate
 from pytest_harness.store.base import (
+    JOURNAL_FORMAT,
     ApprovalDecision,
     ApprovalRow,
     Event,
     EventDraft,
+    JournalDraft,
+    JournalEntry,
     NewApproval,
     NewRun,
     RunRecord,
     Sample,
+    StoredArtifact,
     already_answered,
+    artifact_sha256,
     check_control,
     check_decision,
     check_limit,
@@ -94,6 +99,27 @@ def _record(row: _Row) -> RunRecord:
         lease_token=row[13],
         lease_expires=row[14],
         control=row[15],
+        record=bool(row[16]),
+    )
+
+
+def _journal_json(run_id: str, drafts: Sequence[JournalDraft]) -> str | None:
+    if not drafts:
+        return None
+    return encode_json(
+        [
+            {
+                "id": d.id,
+                "kind": d.kind,
+                "step": d.step,
+                "ts": d.ts,
+                "attempt_id": d.attempt_id,
+                "execution_key": d.execution_key,
+                "payload": d.payload,
+            }
+            for d in drafts
+        ],
+        f"the journal of run {run_id}",
     )
 
 
@@ -311,6 +337,7 @@ class PostgresStore:
         labels = encode_json(run.labels, f"the labels of {what}")
         state = encode_json(run.state, f"the state of {what}")
         events = _events_json(run.events, f"the events of {what}")
+        journal = _journal_json(run.run_id, run.journal)
         tenant_key = run.tenant or ""
         status = _text(run.status)
         now = time.time()
@@ -333,6 +360,8 @@ class PostgresStore:
             "token": 1 if leased else 0,
             "expires": expires,
             "events": events,
+            "record": bool(run.record),
+            "journal": journal,
         }
         try:
             inserted = await self._q(f"create {what}", q.CREATE, params)
@@ -360,6 +389,7 @@ class PostgresStore:
                 lease_owner=run.lease_owner,
                 lease_token=1 if leased else 0,
                 lease_expires=expires,
+                record=bool(run.record),
             )
             return record, True
         rows = await self._q(
@@ -471,7 +501,7 @@ class PostgresStore:
                 "grace": grace,
             },
         )
-        return (_record(rows[0]), rows[0][16]) if rows else None
+        return (_record(rows[0]), rows[0][17]) if rows else None
 
     # -- the boundary write -----------------------------------------------------------------
 
@@ -487,8 +517,9 @@ class PostgresStore:
         lease_ttl: float | None = None,
         release: bool = False,
         clear_control: str | None = None,
+        journal: Sequence[JournalDraft] = (),
     ) -> str | None:
-        """Write status, state, events and approval requests in one fenced statement.
+        """Write status, state, events, approvals and journal in one fenced statement.
 
         Return the pending control request as of the write (cleared when it is `clear_control`).
         """
@@ -528,6 +559,7 @@ class PostgresStore:
             "release": release,
             "clear_control": clear_control,
             "channel": self.channel,
+            "journal": _journal_json(run_id, journal),
         }
         try:
             written = await self._q(f"commit run {run_id}", q.COMMIT, params)
@@ -588,6 +620,7 @@ class PostgresStore:
         approver_roles: tuple[str, ...],
         reason: str | None,
         event: EventDraft | None = None,
+        journal: JournalDraft | None = None,
     ) -> ApprovalRow:
         """Answer a pending approval once; `ResolutionError` for a second answer."""
         check_decision(decision)
@@ -608,6 +641,7 @@ class PostgresStore:
                 "kind": event.kind if event is not None else None,
                 "data": data,
                 "channel": self.channel,
+                "journal": _journal_json(run_id, [journal] if journal is not None else []),
             },
         )
         if rows:
@@ -698,6 +732,57 @@ class PostgresStore:
             Event(run_id=run_id, cursor=str(i), kind=kind, data=_loads(data), at=at)
             for i, kind, data, at in rows
         ]
+
+    async def journal(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEntry]:
+        """The run's journal entries after `seq` `after`, in order."""
+        check_limit(limit)
+        rows = await self._q(
+            f"read the journal of run {run_id}",
+            f"SELECT {q.JOURNAL} FROM journal WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (run_id, min(max(after, 0), _MAX_ID), limit),
+        )
+        if not rows:
+            await self._require_run(run_id)
+        return [
+            JournalEntry(
+                id=row[0],
+                seq=row[1],
+                format=JOURNAL_FORMAT,
+                session_id=row[2],
+                run_id=row[3],
+                step=row[4],
+                attempt_id=row[5],
+                ts=row[6],
+                execution_key=row[7],
+                kind=row[8],
+                payload=_loads(row[9]),
+            )
+            for row in rows
+        ]
+
+    async def put_artifact(self, artifact: StoredArtifact) -> None:
+        """Keep the artifact's bytes by hash (write-once: a second put is a no-op)."""
+        artifact_sha256(artifact)
+        await self._q(
+            f"store artifact {artifact.sha256}",
+            "INSERT INTO artifacts (sha256, media_type, name, data) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (sha256) DO NOTHING",
+            (artifact.sha256, artifact.media_type, artifact.name, artifact.data),
+        )
+
+    async def artifact(self, sha256: str) -> StoredArtifact | None:
+        """The artifact kept under `sha256`, or None."""
+        rows = await self._q(
+            f"read artifact {sha256}",
+            "SELECT sha256, media_type, name, data FROM artifacts WHERE sha256 = %s",
+            (sha256,),
+        )
+        if not rows:
+            return None
+        digest, media_type, name, data = rows[0]
+        return StoredArtifact(sha256=digest, media_type=media_type, name=name, data=bytes(data))
 
     async def expired_runs(self, *, now: float | None = None) -> list[str]:
         """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.asyncio
 
 @pytest_asyncio.fixture(params=STORES)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made = make_store(request.param, tmp_path)
+    made = make_store(request.param, tmp_path, request)
     await made.open()
     try:
         yield made
