@@ -362,6 +362,8 @@ def _choose_spec(args: argparse.Namespace) -> None:
     """Set `args.spec` (DESIGN §8); `replay` takes SPEC last and `mutate` first, when given."""
     from pytest_harness.cli_inputs import NoSpec, choose_spec, is_spec_file
 
+    if not hasattr(args, "spec_option"):  # a command that loads no spec (cli_archive.py)
+        return
     given: str | None = getattr(args, "spec", None)
     if args.command == "replay" and len(args.sources) > 1 and is_spec_file(args.sources[-1]):
         given = args.sources.pop()

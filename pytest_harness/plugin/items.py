@@ -152,9 +152,16 @@ class RecordingItem(pytest.Item):
         elif failed:
             outcome = "drifted"
         hint: str | None = None
-        if settings.update and report.divergence is None and report.differences:
+        archive = self.path.suffix == ".hx"  # an incident stays as it happened: never rewritten
+        if settings.update and not archive and report.divergence is None and report.differences:
             report.replayed.save(self.path, overwrite=True)
             outcome, failed = "updated", False
+        elif archive and failed:
+            hint = (
+                "an incident archive is evidence and is never rewritten"
+                + (" (not updated)" if settings.update else "")
+                + "; fix the regression, or delete the archive if the new behaviour is intended"
+            )
         elif report.divergence is not None:
             hint = (
                 "a diverged replay has no complete outcome to accept"

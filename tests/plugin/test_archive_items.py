@@ -36,11 +36,18 @@ def test_incident_archives_replay_as_regression_tests(project: Project) -> None:
             "*ERROR at setup of replay incidents/metadata.hx*",
             "cannot replay incidents/metadata.hx: *metadata.hx has no payloads to replay: it was "
             "exported metadata-only*--include-payloads*",
-            "*2 recordings replayed: 1 same, 0 drifted, 0 diverged, 1 errors",
+            "*2 recordings replayed: 1 same, 0 drifted, 0 diverged, 1 error",
         ]
     )
     # a stricter rule drifts the incident like any golden file
     project.change_spec("args.amount > 100", "args.amount > 1000")
     result = project.run("--replay-recordings", "incidents/refund.hx")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*changed: recording incidents/refund.hx (orders)*"])
+    result.stdout.fnmatch_lines(
+        ["*drifted: recording incidents/refund.hx (orders)*", "*never rewritten*"]
+    )
+    before = (project.path / "incidents" / "refund.hx").read_bytes()
+    result = project.run("--update-recordings", "incidents/refund.hx")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*never rewritten (not updated)*"])
+    assert (project.path / "incidents" / "refund.hx").read_bytes() == before
