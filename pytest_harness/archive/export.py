@@ -68,20 +68,19 @@ async def open_store(path_or_url: str | os.PathLike[str]) -> AsyncIterator[Store
     """Open an existing store for export, without loading a spec (use it with `async with`).
 
     A path is a sqlite file (it must exist: opening never creates an empty store); a
-    `postgresql://` URL needs the Postgres store. The store is closed on exit. `StoreError`
+    `postgresql://` URL (`?schema=` names the schema, default `harness`) opens the Postgres
+    store (the `postgres` extra; the password from `$PGPASSWORD` or a `.pgpass`). The store is closed on exit. `StoreError`
     when there is nothing to open.
     """
     text = os.fspath(path_or_url)
     store: Store
     if text.startswith(("postgresql://", "postgres://")):
+        from pytest_harness.postgres import store_from_url
+
         try:
-            from pytest_harness.store import postgres  # type: ignore[attr-defined,unused-ignore]
-        except ImportError:
-            raise StoreError(
-                f"cannot open {_safe_url(text)}: this pytest-harness has no Postgres store "
-                "installed"
-            ) from None
-        store = postgres.PostgresStore(text)
+            store = store_from_url(text)  # a `schema=` query parameter picks the schema
+        except ValueError as exc:
+            raise StoreError(f"cannot open {_safe_url(text)}: {exc}") from None
     else:
         path = Path(text)
         if not path.is_file():

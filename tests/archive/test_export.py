@@ -153,3 +153,31 @@ def test_bad_limits_and_suffixes_are_typed_errors(app, archives, tmp_path: Path)
 
     with pytest.raises(ph.ArchiveError, match=r"must end in \.hx .* or \.yaml"):
         asyncio.run(go())
+
+
+def test_export_incident_from_a_postgres_url(
+    app, tmp_path: Path, pg_dsn: str, pg_schema: str
+) -> None:
+    from pytest_harness.postgres import PostgresStore
+
+    async def go() -> Path:
+        app.write(
+            "tasks:\n  orders:\n    prompt: p\n    tools: [lookup_order]\nstate: {record: true}\n"
+        )
+        script = "[{call: lookup_order, args: {order_id: A-1}}, {say: done}]"
+        app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
+        store = PostgresStore(pg_dsn, schema=pg_schema)
+        async with ph.load(app.spec, store=store) as harness:
+            done = await harness.run("orders", "hi", principal="ann")
+        assert done.ok
+        async with ph.open_store(f"{pg_dsn}?schema={pg_schema}") as opened:
+            return await ph.export_incident(
+                opened,
+                done.session_id,
+                done.run_id,
+                tmp_path / "pg.hx",
+                policy=ph.ExportPolicy(include_payloads=True),
+            )
+
+    report = ph.verify_archive(asyncio.run(go()))
+    assert report.valid and report.complete, report.issues
