@@ -69,8 +69,8 @@ async def open_store(path_or_url: str | os.PathLike[str]) -> AsyncIterator[Store
 
     A path is a sqlite file (it must exist: opening never creates an empty store); a
     `postgresql://` URL (`?schema=` names the schema, default `harness`) opens the Postgres
-    store (the `postgres` extra; the password from `$PGPASSWORD` or a `.pgpass`). The store is closed on exit. `StoreError`
-    when there is nothing to open.
+    store (the `postgres` extra; the password from `$PGPASSWORD` or a `.pgpass`). The store
+    is closed on exit. `StoreError` when there is nothing to open.
     """
     text = os.fspath(path_or_url)
     store: Store
