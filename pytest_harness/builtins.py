@@ -6,13 +6,14 @@ Each factory imports its implementation when first used, so loading the plugin i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_harness.hookspecs import (
     GraderFactory,
     GuardCheckFactory,
     ProviderConfig,
     ProviderFactory,
+    ReportRenderer,
     StoreFactory,
     hookimpl,
 )
@@ -114,3 +115,27 @@ def harness_graders() -> Mapping[str, GraderFactory]:
     """The guard checks as graders, and `callable` (the `model` judge is built into the evals)."""
     names = ("regex", "contains", "max_length", "json_schema", "cel", "callable")
     return {name: _grader(name) for name in names}
+
+
+def _html(document: Mapping[str, Any]) -> str:
+    from pytest_harness.reports.html import render_html
+
+    return render_html(document)
+
+
+def _markdown(document: Mapping[str, Any]) -> str:
+    from pytest_harness.reports.markdown import render_markdown
+
+    return render_markdown(document)
+
+
+def _json(document: Mapping[str, Any]) -> str:
+    from pytest_harness.reports import render_json
+
+    return render_json(document)
+
+
+@hookimpl
+def harness_report_renderers() -> Mapping[str, ReportRenderer]:
+    """`.json` (the document), `.html` (a self-contained page), `.md` (a CI job summary)."""
+    return {".json": _json, ".html": _html, ".md": _markdown}

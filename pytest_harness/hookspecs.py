@@ -1,4 +1,4 @@
-"""The pluggy hook specs through which packages add providers, stores, guard and grader checks.
+"""The pluggy hook specs through which packages add providers, stores, checks and report formats.
 
 A plugin is a module or object with `@hookimpl` functions, advertised under the
 `pytest_harness` entry-point group; the built-ins (`pytest_harness.builtins`) register the same
@@ -28,6 +28,7 @@ __all__ = [
     "GuardCheckFactory",
     "ProviderConfig",
     "ProviderFactory",
+    "ReportRenderer",
     "StoreFactory",
     "hookimpl",
     "hookspec",
@@ -52,6 +53,7 @@ ProviderFactory = Callable[[ProviderConfig], "ModelProvider"]
 StoreFactory = Callable[["StateSpec", "Spec"], "Store"]
 GuardCheckFactory = Callable[["GuardSpec", "Spec", "KeyPath"], "GuardChecker"]
 GraderFactory = Callable[["GraderSpec", "Spec", "KeyPath"], "GraderCheck"]
+ReportRenderer = Callable[[Mapping[str, Any]], "str | bytes"]
 
 
 @hookspec
@@ -81,8 +83,14 @@ def harness_graders() -> Mapping[str, GraderFactory]:  # type: ignore[empty-body
 
 
 @hookspec
-def harness_report_renderers() -> Mapping[str, Callable[..., Any]]:  # type: ignore[empty-body]
-    """Renderers of replay reports by format name (`text`, `rich`, `json`, …)."""
+def harness_report_renderers() -> Mapping[str, ReportRenderer]:  # type: ignore[empty-body]
+    """Replay report renderers by the file suffix `--replay-report PATH` picks them with.
+
+    Keys are lower-case suffixes with their dot (`.html`, `.json`, `.md` are built in); a
+    renderer is called with the report document (the `.json` report's content: `format`,
+    `fail_on`, `summary`, `recordings`, each with its `ReplayReport.to_dict()` under `report`)
+    and returns the file's text (`str`, written as UTF-8) or `bytes`.
+    """
 
 
 @hookspec

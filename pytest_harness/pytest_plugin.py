@@ -122,8 +122,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--replay-report",
         dest="harness_report",
         metavar="PATH",
+        action="append",
         default=None,
-        help="write every replay report of the session as JSON to PATH (for CI dashboards).",
+        help="write every replay report of the session to PATH, by its suffix: .json (for "
+        "dashboards), .html (one self-contained page), .md (a CI job summary), or a plugin's; "
+        "repeat to write several.",
     )
     group.addoption(
         "--harness-strict",
@@ -167,6 +170,14 @@ def pytest_configure(config: pytest.Config) -> None:
     _record_mode_or_path(config)
     settings = Settings.from_config(config)
     config.stash[SETTINGS] = settings
+    if settings.reports:
+        from pytest_harness.reports import ReportError, renderer_for
+
+        for path in settings.reports:
+            try:
+                renderer_for(settings.show(path))
+            except ReportError as exc:
+                raise pytest.UsageError(str(exc)) from None
     from pytest_harness.models.live import set_live_models_allowed
 
     config.stash[_LIVE_BEFORE] = set_live_models_allowed(None if settings.allow_live else False)

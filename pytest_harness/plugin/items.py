@@ -218,7 +218,7 @@ def _report_data(
             "parts": list(report.requests_explained),
         },
     }
-    if failed or outcome == "updated" or settings.report is not None:
+    if failed or outcome == "updated" or settings.reports:
         data["plain"] = report.render()
         data["report"] = report.to_dict()
     return data

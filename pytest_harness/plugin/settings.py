@@ -83,7 +83,7 @@ class Settings:
         "recordings",
         "replay",
         "replay_tools",
-        "report",
+        "reports",
         "rootpath",
         "spec",
         "strict",
@@ -102,7 +102,7 @@ class Settings:
         update: bool = False,
         record: RecordMode = RecordMode.NONE,
         prune: bool = False,
-        report: Path | None = None,
+        reports: tuple[Path, ...] = (),
         allow_live: bool = False,
         replay_tools: str | None = None,
         strict: str = "",
@@ -116,7 +116,8 @@ class Settings:
         self.update = update
         self.record = record
         self.prune = prune
-        self.report = report
+        self.reports = reports
+        """`--replay-report` paths, in the order given (each rendered by its suffix)."""
         self.allow_live = allow_live
         self.replay_tools = replay_tools
         """`--replay-tools`: `safe` runs the safe tools during replay; None runs none."""
@@ -135,7 +136,7 @@ class Settings:
         ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
         spec_opt: str | None = opt.harness_spec
         env_opt: str | None = opt.harness_env
-        report_opt: str | None = opt.harness_report
+        report_opts: list[str] | None = opt.harness_report
         fail_on: frozenset[str] | None = opt.harness_fail_on
         spec = _path(spec_opt, here) if spec_opt else _path(config.getini("harness_spec"), ini_dir)
         return cls(
@@ -148,7 +149,7 @@ class Settings:
             update=bool(opt.harness_update),
             record=RecordMode(opt.harness_record),
             prune=bool(opt.harness_prune),
-            report=_path(report_opt, here) if report_opt else None,
+            reports=tuple(_path(p, here) for p in report_opts or ()),
             allow_live=bool(opt.harness_allow_live),
             replay_tools=getattr(opt, "harness_replay_tools", None),
             strict=_strictness(config),
@@ -162,7 +163,7 @@ class Settings:
     @property
     def needs_ledger(self) -> bool:
         """Whether this session has replay items or golden files to summarise."""
-        return self.replay or self.tracks_goldens or self.report is not None
+        return self.replay or self.tracks_goldens or bool(self.reports)
 
     def show(self, path: str | os.PathLike[str]) -> str:
         """`path` as messages show it: relative to the rootdir when inside it."""

@@ -3,7 +3,8 @@
 `Ledger` lives where reports arrive: in the pytest-xdist controller, or in the one process
 without xdist. It reads (and removes, so junit XML stays clean) the JSON that replay items and
 the fixtures put in `report.user_properties`, and at the end prunes unused golden files, writes
-`--replay-report` and prints the `harness replay` and `harness recordings` sections.
+each `--replay-report` (by its suffix) and prints the `harness replay` and `harness recordings`
+sections.
 
 `GoldenTracker` lives where tests run (the one process, or each worker): it marks tests whose
 setup or call did not pass and tells the ledger which test modules were collected in full, so
@@ -15,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -217,8 +217,10 @@ class Ledger:
             self.unused = self._find_unused()
             if settings.prune:
                 self._prune()
-        if settings.report is not None:
-            self._write_report(settings.report)
+        if settings.reports:
+            document = self.document()
+            for path in settings.reports:
+                self._write_report(path, document)
         if (
             settings.replay
             and not self.replays
@@ -260,10 +262,13 @@ class Ledger:
             with contextlib.suppress(OSError):
                 path.parent.rmdir()  # only when now empty
 
-    def _write_report(self, path: Path) -> None:
+    def document(self) -> dict[str, Any]:
+        """The session's replay report document: what `.json` holds, what renderers are given."""
+        from pytest_harness.reports import REPORT_FORMAT
+
         entries = sorted(self.replays.values(), key=lambda d: (str(d.get("file")), d["nodeid"]))
-        document = {
-            "format": "pytest-harness/replay-report@1",
+        return {
+            "format": REPORT_FORMAT,
             "fail_on": sorted(self.settings.fail_on),
             "summary": self.counts(),
             "recordings": [
@@ -278,13 +283,14 @@ class Ledger:
                 for d in entries
             ],
         }
+
+    def _write_report(self, path: Path, document: Mapping[str, Any]) -> None:
+        from pytest_harness.reports import ReportError, write_report
+
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as stream:
-                json.dump(document, stream, indent=2, ensure_ascii=False)
-                stream.write("\n")
-            os.replace(tmp, path)
+            write_report(path, document)
+        except ReportError as exc:
+            self.problems.append(str(exc))
         except OSError as exc:
             self.problems.append(f"could not write the replay report {path}: {exc}")
 
