@@ -160,13 +160,20 @@ class ScriptExhausted(HarnessError):
 class LiveModelBlocked(HarnessError):
     """A live model provider was called where live calls are not allowed."""
 
-    def __init__(self, provider: str, model: str) -> None:
+    def __init__(self, provider: str, model: str, hint: str | None = None) -> None:
         self.provider = provider
         self.model = model
+        self.hint = hint
+        """What to do instead, when the caller knows better than the general advice (a pytest
+        test without a golden file is told the command that records one)."""
         super().__init__(
             f"live model blocked: model {model!r} uses provider {provider!r}, and live calls are "
-            "not allowed here; run offline with a scripted model (env 'offline'), or allow live "
-            "calls with --harness-allow-live or pytest_harness.allow_live_models()"
+            "not allowed here; "
+            + (
+                hint
+                or "run offline with a scripted model (env 'offline'), or allow live "
+                "calls with --harness-allow-live or pytest_harness.allow_live_models()"
+            )
         )
 
 

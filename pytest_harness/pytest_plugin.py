@@ -248,19 +248,27 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """Switch live calls per `@pytest.mark.harness(allow_live=...)`; check golden files.
 
-    A test that made runs without golden files is listed, and fails when strict (DESIGN §7.1).
+    A golden file that could not answer a live model fails the test with why, even when the
+    test failed otherwise or caught the error. A test that made runs without golden files is
+    listed, and fails when strict (DESIGN §7.1).
     """
     allow = next(
         (m.kwargs["allow_live"] for m in item.iter_markers("harness") if "allow_live" in m.kwargs),
         None,
     )
-    if allow is None:
-        result = yield
-    else:
-        from pytest_harness.models.live import allow_live_models
-
-        with allow_live_models(bool(allow)):
+    try:
+        if allow is None:
             result = yield
+        else:
+            from pytest_harness.models.live import allow_live_models
+
+            with allow_live_models(bool(allow)):
+                result = yield
+    except Exception:
+        runs = item.stash.get(RUNS, None)
+        if runs is not None:  # a golden file that could not answer says so, whatever failed
+            runs.check_cassette()
+        raise
     runs = item.stash.get(RUNS, None)
     if runs is not None:
         runs.check_gated()

@@ -29,6 +29,7 @@ from pytest_harness.plugin.settings import (
 if TYPE_CHECKING:
     from pytest_harness.models.base import ModelProvider, ModelRequest, ModelResponse
     from pytest_harness.models.scripted import Script
+    from pytest_harness.plugin.cassette import Cassette
     from pytest_harness.recording.model import Recording
     from pytest_harness.runtime.harness import Harness
     from pytest_harness.store.base import NewRun, RunRecord, Store
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MARKER_KEYS", "TaskScripts", "TestRuns", "load_harness", "marker_options"]
 
+NO_ENV = "none"
+"""The environment name that means no overlay: the spec's base models, as written."""
 MARKER_KEYS = ("spec", "env", "store", "allow_live")
 """What `@pytest.mark.harness(...)` accepts."""
 
@@ -67,9 +70,14 @@ def marker_options(node: pytest.Item) -> dict[str, Any]:
 def load_harness(
     spec: Path, env: str, *, store: Store | str | None = None, record: bool | None = None
 ) -> Harness:
-    """`ph.load(...)`, where the default `offline` environment applies only if the spec has one."""
+    """`ph.load(...)`, where the default `offline` environment applies only if the spec has one.
+
+    `env="none"` loads the spec without an environment overlay (its base models, e.g. live).
+    """
     from pytest_harness.runtime.harness import load
 
+    if env == NO_ENV:
+        return load(spec, env="", store=store, record=record)
     try:
         return load(spec, env=env, store=store, record=record)
     except SpecError as exc:
@@ -133,6 +141,8 @@ class TestRuns:
         self.started = 0
         """How many runs the test's harnesses started (an idempotent repeat is not a run)."""
         self._tmp = tmp
+        self.cassette: Cassette | None = None
+        """The test's golden files as its live models' answers, once a harness has a live one."""
         self._entries: list[_Entry] = []
         self._scripts: list[tuple[str, Script, bool]] = []
 
@@ -178,6 +188,7 @@ class TestRuns:
         pytest.fail(problem, pytrace=False)
 
     def _add(self, harness: Harness) -> Harness:
+        self._cassette(harness)
         self._count_runs(harness)
         entry = _Entry(harness=harness, facade=None, record=harness.record)
         for name, script, _ in self._scripts:
@@ -185,6 +196,17 @@ class TestRuns:
         self._check_scripts_apply(entry)
         self._entries.append(entry)
         return harness
+
+    def _cassette(self, harness: Harness) -> None:
+        """Answer the harness's live models from the test's golden files (or record them)."""
+        plans = harness.plans
+        if not any(getattr(plans.provider(m), "live", False) for m in harness.spec.document.models):
+            return
+        from pytest_harness.plugin.cassette import Cassette
+
+        if self.cassette is None:
+            self.cassette = Cassette(self.node.nodeid, self.settings)
+        self.cassette.attach(harness)
 
     def _count_runs(self, harness: Harness) -> None:
         """Count the runs `harness` starts, whatever starts them (run, submit, a helper)."""
@@ -195,16 +217,27 @@ class TestRuns:
             record, created = await create_run(new)
             if created:
                 self.started += 1
+                if self.cassette is not None:
+                    self.cassette.started(record.run_id)
             return record, created
 
         store.create_run = counting  # type: ignore[method-assign,assignment]
 
+    def check_cassette(self) -> None:
+        """Fail the test when its golden files could not answer its live models (and why)."""
+        if self.cassette is not None and self.cassette.diverged:
+            pytest.fail("\n".join(self.cassette.diverged), pytrace=False)
+
     def check_gated(self) -> None:
-        """After the test's call: publish (and fail, when strict) runs without golden files.
+        """After the test's call: fail on golden files that could not answer; check gating.
+
+        A golden file that could not answer a live model fails the test with why. Runs without
+        golden files are published (and fail the test, when strict).
 
         A test that is recording (`--record-recordings`) writes them, so it is not checked.
         """
         settings = self.settings
+        self.check_cassette()
         if not self.started or settings.record is not RecordMode.NONE:
             return
         folder, base = golden_key(self.node.nodeid)

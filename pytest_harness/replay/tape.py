@@ -30,12 +30,40 @@ from pytest_harness.runtime.plan import PlanTool
 from pytest_harness.tools.context import ToolContext
 from pytest_harness.tools.registry import ToolOutcome
 
-__all__ = ["Tape", "TapeModel", "TapeTool"]
+__all__ = ["Tape", "TapeModel", "TapeTool", "recorded_answer"]
 
 
 def _key(name: str, args: Mapping[str, Any]) -> str:
     """Tool calls match by name and arguments (compared as canonical, redacted JSON)."""
     return name + json.dumps(redact(dict(args)), sort_keys=True, separators=(",", ":"))
+
+
+def recorded_answer(answer: Mapping[str, Any], request: ModelRequest) -> ModelResponse:
+    """A recorded model answer as the provider's answer; a recorded error is raised again."""
+    usage = answer.get("usage") or {}
+    if "error" in answer:
+        raise ModelError(
+            str(answer["error"]),
+            str(answer.get("message") or f"recorded {answer['error']} error"),
+            model=request.model,
+            usage=(
+                (int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)))
+                if usage
+                else None
+            ),
+        )
+    incomplete = answer.get("incomplete")
+    return ModelResponse(
+        text=answer.get("text"),
+        calls=tuple(
+            ProposedCall(id=str(c["id"]), name=str(c["name"]), args=dict(c.get("args") or {}))
+            for c in answer.get("calls") or ()
+        ),
+        usage=TokenUsage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))),
+        # sent back with the assistant turn exactly as recorded; not part of any decision
+        thinking=tuple(dict(b) for b in answer.get("thinking") or ()),
+        incomplete=str(incomplete) if incomplete else None,
+    )
 
 
 class Tape:
@@ -66,31 +94,7 @@ class Tape:
             )
         turn = self.turns[index]
         self.turns_used += 1
-        answer = turn.answer
-        usage = answer.get("usage") or {}
-        if "error" in answer:
-            raise ModelError(
-                str(answer["error"]),
-                str(answer.get("message") or f"recorded {answer['error']} error"),
-                model=request.model,
-                usage=(
-                    (int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)))
-                    if usage
-                    else None
-                ),
-            )
-        incomplete = answer.get("incomplete")
-        return ModelResponse(
-            text=answer.get("text"),
-            calls=tuple(
-                ProposedCall(id=str(c["id"]), name=str(c["name"]), args=dict(c.get("args") or {}))
-                for c in answer.get("calls") or ()
-            ),
-            usage=TokenUsage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))),
-            # sent back with the assistant turn exactly as recorded; not part of any decision
-            thinking=tuple(dict(b) for b in answer.get("thinking") or ()),
-            incomplete=str(incomplete) if incomplete else None,
-        )
+        return recorded_answer(turn.answer, request)
 
     def tool_result(self, name: str, args: Mapping[str, Any]) -> ToolOutcome:
         """The recorded outcome of this call; `ReplayDiverged` when none is left."""

@@ -436,7 +436,9 @@ class Driver:
         last: ModelError | None = None
         for link in self.plan.models:
             if link.provider.live and not live_models_allowed():
-                raise LiveModelBlocked(link.provider.name, link.name)
+                raise LiveModelBlocked(
+                    link.provider.name, link.name, getattr(link.provider, "blocked_hint", None)
+                )
             clock = self._clock(link.name)
             retry_clock = RetryClock(
                 link.provider,

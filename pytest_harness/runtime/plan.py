@@ -75,7 +75,9 @@ class TaskPlan:
         """Raise `LiveModelBlocked` when the task's first model is live and live calls are off."""
         first = self.models[0]
         if first.provider.live and not live_models_allowed():
-            raise LiveModelBlocked(first.provider.name, first.name)
+            raise LiveModelBlocked(
+                first.provider.name, first.name, getattr(first.provider, "blocked_hint", None)
+            )
 
 
 class Plans:
