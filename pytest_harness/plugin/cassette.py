@@ -108,14 +108,28 @@ class Cassette:
 
     # -- answering -------------------------------------------------------------------------
 
-    def answer(self, request: ModelRequest, models: frozenset[str]) -> ModelResponse:
-        """The recorded answer to `request`, its run's next turn for its model."""
+    def answer(self, request: ModelRequest, models: frozenset[str], provider: str) -> ModelResponse:
+        """The recorded answer to `request`, its run's next turn for its model.
+
+        `models` are the spec's model names; `provider` is the live provider's name.
+        """
         n = self._runs.get(request.run_id)
         if n is None:  # a run this test's store did not create (should not happen)
             n = len(self._runs) + 1
             self._runs[request.run_id] = n
         turns = self._turns(request, n, models)
         queue = turns.get(request.model)
+        if request.model not in turns and request.turn == 0 and not request.tools:
+            # Not a turn of the run: an online eval's judge grading it. Its verdict is not in
+            # the golden file's turns, so it is not played back (a grader's failure never
+            # changes the run; the replay gate does not re-grade live judges either).
+            from pytest_harness.errors import LiveModelBlocked
+
+            raise LiveModelBlocked(
+                provider,
+                request.model,
+                "a live judge is not answered from golden files",
+            )
         if not queue:
             used = self._used.get(request.run_id, 0)
             path = self.show(self.path(n))
@@ -238,7 +252,7 @@ class CassetteProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """The golden file's next answer, or the live model's."""
         if self.cassette.playing:
-            return self.cassette.answer(request, self.models)
+            return self.cassette.answer(request, self.models, self.name)
         if not live_models_allowed():  # the run loop checks this first; a direct call too
             from pytest_harness.errors import LiveModelBlocked
 

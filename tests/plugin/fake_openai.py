@@ -1,6 +1,7 @@
 """A fake OpenAI-compatible Chat Completions server on 127.0.0.1, in a thread, for cassette tests.
 
-It answers from the conversation alone (stateless, deterministic): no tool result yet → call
+It answers from the conversation alone (stateless, deterministic): a request offering no
+tools (an eval judge) gets `0.9`; otherwise, no tool result yet → call
 `lookup_order` for the order named in the user's message; one → call `refund` when the user asked
 for a refund of `$N`, else say the lookup's result; more → say the last result. It counts the
 requests it served, so a test can tell that nothing reached it.
@@ -24,7 +25,9 @@ def answer(body: dict[str, Any]) -> dict[str, Any]:
     refund = re.search(r"\$(\d+)", user)
     calls: list[tuple[str, dict[str, Any]]] = []
     text = None
-    if not results:
+    if not body.get("tools"):  # an online eval's judge: a score
+        text = "0.9"
+    elif not results:
         calls = [("lookup_order", {"order_id": order})]
     elif len(results) == 1 and refund:
         calls = [("refund", {"order_id": order, "amount": int(refund[1])})]
