@@ -254,7 +254,7 @@ def test_mutate_defaults_to_the_configured_recordings_folder(
     monkeypatch.setenv("HARNESS_SPEC", "shop/harness.yaml")
     code, out, err = run_cli(capsys, "mutate", "-e", "offline")
     assert code == 0, err
-    assert "replayed against 16 recordings" in out
+    assert "replayed against 17 recordings" in out
 
 
 @pytest.mark.asyncio
