@@ -338,8 +338,9 @@ class Harness:
 
         A paused run takes the answer too, and stays paused until `resume()`.
         `ApprovalDenied` when the approver lacks every role the rule names, is the principal
-        who started the run (unless the rule sets `self_approve: true`), or belongs to another
-        tenant; `ResolutionError` for an unknown approval or a second answer.
+        who started the run (unless the rule sets `self_approve: true`), or, for a run with a
+        tenant, is not of that tenant (a principal without a tenant is not a wildcard);
+        `ResolutionError` for an unknown approval or a second answer.
         """
         if decision not in ("approve", "decline"):
             raise ResolutionError(
@@ -1030,10 +1031,12 @@ def _check_approver(
             f"{who.id!r} started run {record.run_id} and may not approve its own request "
             "(a rule may allow it with self_approve: true)"
         )
-    if record.tenant is not None and who.tenant is not None and who.tenant != record.tenant:
+    if record.tenant is not None and who.tenant != record.tenant:
+        # A principal without a tenant is not a wildcard: it belongs to no tenant.
+        theirs = "no tenant" if who.tenant is None else f"tenant {who.tenant!r}"
         raise ApprovalDenied(
-            f"{who.id!r} belongs to tenant {who.tenant!r}; run {record.run_id} belongs to "
-            f"tenant {record.tenant!r}"
+            f"{who.id!r} belongs to {theirs}; run {record.run_id} belongs to tenant "
+            f"{record.tenant!r}, and only a principal of that tenant may answer its approvals"
         )
 
 

@@ -95,7 +95,7 @@ rules:
   - {{id: R1, when: 'tool == "refund" && args.amount > 100', then: approve, approvers: [finance]}}
 tasks:
   t: {{prompt: p, tools: [charge, lookup, refund], {task_extra}}}
-state: {{use: {store}, path: state.db, lease: 5s, record: true{postgres}}}
+state: {{use: {store}, path: state.db, lease: {lease}, record: true{postgres}}}
 """
 
 FINANCE = ph.Principal("fiona", ("finance",))
@@ -126,7 +126,9 @@ class Durable:
         return [entry for entry in self.tools.LOG if entry[0] == name]
 
 
-def make_app(root: Path, store: str, task_extra: str = "", pg_schema: str = "") -> Durable:
+def make_app(
+    root: Path, store: str, task_extra: str = "", pg_schema: str = "", lease: str = "5s"
+) -> Durable:
     name = f"durable_{uuid.uuid4().hex[:12]}"
     (root / f"{name}.py").write_text(TOOLS, encoding="utf-8")
     spec = root / "harness.yaml"
@@ -136,6 +138,7 @@ def make_app(root: Path, store: str, task_extra: str = "", pg_schema: str = "") 
             store=store,
             task_extra=task_extra or "labels: {}",
             postgres=f", dsn_env: HARNESS_TEST_DSN, schema: {pg_schema}" if pg_schema else "",
+            lease=lease,
         ),
         encoding="utf-8",
     )
@@ -761,3 +764,63 @@ tasks:
     ]
     first, reset, *_ = (e.data for e in events[1:])
     assert reset["reason"] == "retry" and reset["attempt"] != first["attempt"]
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_an_answered_run_that_nobody_resumed_is_recovered(tmp_path: Path, store: str) -> None:
+    app = make_app(tmp_path, store, lease="300ms")
+    try:
+        async with app.open() as harness:
+            waiting = await harness.run("t", "refund 250", principal="ann")
+            assert waiting.status is ph.RunStatus.AWAITING_APPROVAL and waiting.approval
+            # The approver's process saves its decision and stops before it resumes the run.
+            await harness.store.decide_approval(
+                waiting.run_id,
+                waiting.approval.approval_id,
+                decision="approve",
+                approver="fiona",
+                approver_roles=("finance",),
+                reason=None,
+            )
+            assert await harness.recover() == []  # within a lease: the approver may still resume
+            await asyncio.sleep(0.35)
+            [done] = await harness.recover()
+            assert done.run_id == waiting.run_id and done.ok
+            assert [c.name for c in done.trace.tool_calls()] == ["refund"]
+            assert await harness.recover() == []
+            with pytest.raises(ph.ResolutionError, match="already answered"):
+                await harness.approve(
+                    waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+                )
+    finally:
+        sys.modules.pop(app.tools.__name__, None)
+
+
+# -- tenant-bound approvals --------------------------------------------------------------------
+
+
+async def test_only_a_principal_of_the_runs_tenant_may_approve(durable: Durable) -> None:
+    async with durable.open() as harness:
+        waiting = await harness.run("t", "refund 250", principal="ann", tenant="acme")
+        assert waiting.approval is not None
+        approval_id = waiting.approval.approval_id
+        for tenant, says in ((None, "no tenant"), ("globex", "tenant 'globex'")):
+            outsider = ph.Principal("fiona", ("finance",), tenant=tenant)
+            with pytest.raises(ph.ApprovalDenied, match=f"belongs to {says}; .* tenant 'acme'"):
+                await harness.approve(waiting.run_id, approval_id, "approve", approver=outsider)
+        still = await harness.result(waiting.run_id)
+        assert still.status is ph.RunStatus.AWAITING_APPROVAL
+        insider = ph.Principal("fiona", ("finance",), tenant="acme")
+        done = await harness.approve(waiting.run_id, approval_id, "approve", approver=insider)
+        assert done.ok
+
+
+async def test_a_run_without_a_tenant_takes_any_approver_with_the_role(durable: Durable) -> None:
+    async with durable.open() as harness:
+        waiting = await harness.run("t", "refund 250", principal="ann")
+        assert waiting.approval is not None
+        approver = ph.Principal("fiona", ("finance",), tenant="acme")
+        done = await harness.approve(
+            waiting.run_id, waiting.approval.approval_id, "approve", approver=approver
+        )
+        assert done.ok
