@@ -3,10 +3,19 @@
 The callable (`call: module:function` in the spec) receives the `ModelRequest` and returns a
 `ModelResponse` or a string (a text answer); it may be async. Use it to script answers that
 depend on the conversation, or to wrap a model client of your own.
+
+A synchronous callable runs in a worker thread (DESIGN §10), so while it blocks the event loop
+keeps running: the model's `timeout`, the task's `deadline` and the lease renewal still fire.
+A thread cannot be stopped: one that outlives its timeout runs on, and what it streams or
+returns after that is dropped.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +42,7 @@ class FunctionProvider:
     def __init__(self, fn: Callable[[ModelRequest], Any], *, model_name: str = "function") -> None:
         self.fn = fn
         self.model_name = model_name
+        self.is_async = _is_async(fn)
 
     @classmethod
     def from_config(cls, config: ProviderConfig) -> FunctionProvider:
@@ -49,8 +59,8 @@ class FunctionProvider:
         return cls(fn, model_name=config.name)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Call the function and normalise what it returns."""
-        answer = self.fn(request)
+        """Call the function (a sync one in a worker thread) and normalise what it returns."""
+        answer = self.fn(request) if self.is_async else await self._in_thread(request)
         if inspect.isawaitable(answer):
             answer = await answer
         if isinstance(answer, ModelResponse):
@@ -63,6 +73,42 @@ class FunctionProvider:
             "return a ModelResponse or a str"
         )
 
+    async def _in_thread(self, request: ModelRequest) -> Any:
+        """Call the sync function in a worker thread; its `on_text` pieces reach the loop.
+
+        Each piece is handed to the loop in order, ahead of the function's return; pieces
+        from a thread that outlived its caller (a timeout) are dropped.
+        """
+        sink = request.on_text
+        if sink is None:
+            return await asyncio.to_thread(self.fn, request)
+        loop = asyncio.get_running_loop()
+        live = True
+
+        def deliver(delta: str) -> None:
+            if live:
+                sink(delta)
+
+        def on_text(delta: str) -> None:
+            if live:
+                # a closed loop (RuntimeError) has nobody left to read it
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(deliver, delta)
+
+        try:
+            return await asyncio.to_thread(self.fn, dataclasses.replace(request, on_text=on_text))
+        finally:
+            live = False
+
     def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
         """A function's failures are retried at once."""
         return 0.0
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling `fn` gives a coroutine (an async function, a partial, or an object)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    return not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)

@@ -280,9 +280,10 @@ class Tool:
         Never raises for the tool's problems: bad arguments, an exception, the tool's `timeout`
         or the run's remaining `overall_timeout` (whichever is smaller) come back as a failed
         `ToolOutcome`. `asyncio.CancelledError` propagates. Async functions are awaited; a sync
-        function runs inline when no timeout applies, else in a worker thread so the timeout can
-        fire; that thread cannot be stopped and may run on after the timeout. Artifacts the
-        call attached through its context join the outcome's `artifacts`.
+        function runs in a worker thread (DESIGN §10), so the timeout, the deadline and the
+        lease renewal keep working while it blocks; that thread cannot be stopped and may run
+        on after a timeout. Artifacts the call attached through its context join the outcome's
+        `artifacts`.
         """
         outcome = await self._invoke(args, context, overall_timeout)
         if context.attached:
@@ -305,7 +306,10 @@ class Tool:
         with tool_context(context):
             try:
                 if limit is None:
-                    result = self.fn(**kwargs)
+                    if self.is_async:
+                        result = self.fn(**kwargs)
+                    else:  # in a thread: the loop (lease renewal, other runs) keeps going
+                        result = await asyncio.to_thread(self.fn, **kwargs)
                     if inspect.isawaitable(result):
                         result = await result
                 else:
