@@ -1,8 +1,10 @@
 """`SQLiteStore`: runs, events and approvals in one SQLite file, shared by processes on one host.
 
-The file is created with mode 0600 (it holds raw prompts, answers and tool arguments), in WAL
-mode, with `PRAGMA synchronous` as configured and a busy timeout, so several processes can
-use it at once without `database is locked` reaching them.
+The file is created with mode 0600 (it holds raw prompts, answers and tool arguments), and an
+existing one (with its `-wal` and `-shm`) that others may read is tightened to 0600 on open, or
+opening fails naming its mode. It is used in WAL mode, with `PRAGMA synchronous` as configured
+and a busy timeout, so several processes can use it at once without `database is locked`
+reaching them.
 
 Each call is one round trip to aiosqlite's worker thread (that hop, not SQLite, is most of a
 call's cost), and every write the runtime makes is a single SQL statement, atomic together
@@ -41,6 +43,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -516,7 +519,8 @@ class SQLiteStore:
                 f"sqlite store {self.path}: needs SQLite 3.35 or newer, but this Python uses "
                 f"SQLite {sqlite3.sqlite_version}; use a newer Python build or the memory store"
             )
-        created = self._create_file()
+        self._create_file()
+        self._make_private()
         conn = aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
         try:
             await conn
@@ -529,10 +533,12 @@ class SQLiteStore:
             with contextlib.suppress(sqlite3.Error):
                 await conn.close()
             raise
-        if created:
-            for suffix in ("-wal", "-shm"):
-                with contextlib.suppress(OSError):
-                    os.chmod(f"{self.path}{suffix}", 0o600)
+        try:
+            self._make_private()  # the -wal and -shm files opening made
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                await conn.close()
+            raise
         return conn
 
     def _create_file(self) -> bool:
@@ -554,6 +560,35 @@ class SQLiteStore:
                 "check that its folder can be created and written"
             ) from exc
         return True
+
+    def _make_private(self) -> None:
+        """Tighten the file and its `-wal` and `-shm` to 0600 (DESIGN §10: the store is private).
+
+        A file others may read or write (say 0644, made by another tool or an older version)
+        is tightened; when that fails, opening fails with a `StoreError` naming its mode.
+        """
+        if os.name != "posix":  # pragma: no cover - permission bits are POSIX
+            return
+        for name in (str(self.path), f"{self.path}-wal", f"{self.path}-shm"):
+            try:
+                mode = stat.S_IMODE(os.stat(name).st_mode)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StoreError(
+                    f"sqlite store {self.path}: cannot read the mode of {name}: "
+                    f"{exc.strerror or exc}"
+                ) from exc
+            if not mode & 0o077:
+                continue
+            try:
+                os.chmod(name, 0o600)
+            except OSError as exc:
+                raise StoreError(
+                    f"sqlite store {self.path}: {name} has mode {mode:04o}, readable or "
+                    f"writable by others, and cannot be tightened to 0600 "
+                    f"({exc.strerror or exc}); run `chmod 600 {name}` as its owner"
+                ) from exc
 
     async def _configure(self, conn: aiosqlite.Connection) -> None:
         try:

@@ -90,6 +90,49 @@ async def test_file_and_folder_are_created_readable_by_owner_only(tmp_path: Path
     assert mode(path) == 0o600
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+async def test_an_existing_file_readable_by_others_is_tightened_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    try:
+        await store.create_run(new_run())
+    finally:
+        await store.close()
+    sidecars = [Path(f"{path}{suffix}") for suffix in ("-wal", "-shm")]
+    for name in (path, *sidecars):
+        name.touch()
+        os.chmod(name, 0o644)
+    again = SQLiteStore(path)
+    try:
+        assert len(await again.list_runs()) == 1
+        for name in (path, *sidecars):
+            if name.exists():
+                assert mode(name) == 0o600, name
+    finally:
+        await again.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+async def test_a_file_that_cannot_be_tightened_fails_to_open_naming_its_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.db"
+    path.touch()
+    os.chmod(path, 0o664)
+
+    def refuse(name: object, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "chmod", refuse)
+    store = SQLiteStore(path)
+    with pytest.raises(
+        StoreError, match=r"state\.db has mode 0664, readable or writable by others"
+    ):
+        await store.open()
+    await store.close()
+    assert mode(path) == 0o664
+
+
 async def test_pragmas(tmp_path: Path) -> None:
     settings: tuple[tuple[Literal["full", "normal"], int], ...] = (("full", 2), ("normal", 1))
     for synchronous, level in settings:
