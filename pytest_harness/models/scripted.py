@@ -29,7 +29,7 @@ from pytest_harness.models.base import (
     estimate_tokens,
 )
 from pytest_harness.spec.schema import Duration
-from pytest_harness.spec.spec import KeyPath, format_key_path
+from pytest_harness.spec.spec import KeyPath, format_key_path, quote_key
 
 __all__ = ["Script", "ScriptTurn", "ScriptedProvider", "parse_script"]
 
@@ -141,7 +141,7 @@ def parse_script(data: Any, *, error: ErrorAt = _python_error) -> Script:
         parsed = []
         for i, item in enumerate(items):
             if not isinstance(item, Mapping):
-                raise fail(f"a turn is a mapping like {{say: ...}}, got {item!r}", (*path, i))
+                raise fail(f"a turn is a mapping like {{say: ...}}, got {_kind(item)}", (*path, i))
             try:
                 parsed.append(ScriptTurn.model_validate(item))
             except ValidationError as exc:
@@ -149,7 +149,7 @@ def parse_script(data: Any, *, error: ErrorAt = _python_error) -> Script:
                 loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
                 msg = err["msg"].removeprefix("Value error, ")
                 if err["type"] == "extra_forbidden":
-                    msg = f"unknown key {loc[-1]!r} (a turn has {', '.join(TURN_KEYS)})"
+                    msg = f"unknown key {quote_key(loc[-1])} (a turn has {', '.join(TURN_KEYS)})"
                 elif "input" in err and err["type"] != "value_error":
                     msg = f"{msg} (got {err['input']!r})"
                 raise fail(msg, (*path, i, *loc)) from None
@@ -158,7 +158,10 @@ def parse_script(data: Any, *, error: ErrorAt = _python_error) -> Script:
     if isinstance(data, Mapping):
         extra = set(data) - {"match"}
         if extra:
-            raise fail(f"unknown key {sorted(extra)[0]!r}; a script mapping has only `match`", ())
+            raise fail(
+                f"unknown key {quote_key(sorted(extra)[0])}; a script mapping has only `match`",
+                (),
+            )
         entries = data.get("match")
         if not isinstance(entries, list):
             raise fail("`match` is a list of {task, input, turns} entries", ("match",))
@@ -169,7 +172,7 @@ def parse_script(data: Any, *, error: ErrorAt = _python_error) -> Script:
                 raise fail("a match entry is a mapping with `turns` (and `task`, `input`)", path)
             unknown = set(entry) - {"task", "input", "turns"}
             if unknown:
-                raise fail(f"unknown key {sorted(unknown)[0]!r} in a match entry", path)
+                raise fail(f"unknown key {quote_key(sorted(unknown)[0])} in a match entry", path)
             matches.append(
                 _Match(
                     task=None if entry.get("task") is None else str(entry["task"]),
@@ -261,3 +264,14 @@ def _usage(turn: ScriptTurn, request: ModelRequest, calls: tuple[ProposedCall, .
     if calls:
         answer += json.dumps([{"name": c.name, "args": dict(c.args)} for c in calls])
     return TokenUsage(estimate_request_tokens(request), estimate_tokens(answer))
+
+
+def _kind(value: Any) -> str:
+    """The kind of a value read from a script file, never its content (it may not be ours)."""
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    return f"a {type(value).__name__}"

@@ -37,7 +37,7 @@ from pydantic_core import ErrorDetails
 from pytest_harness.cel import CelProgram, CelSyntaxError, compile_expression
 from pytest_harness.errors import SpecError, did_you_mean
 from pytest_harness.spec.schema import GuardSpec, RuleSpec, SpecDocument, resolve_path
-from pytest_harness.spec.spec import KeyPath, Spec, format_key_path
+from pytest_harness.spec.spec import KeyPath, Spec, format_key_path, is_name, quote_key
 from pytest_harness.spec.yamlio import YamlDoc, read_yaml
 
 __all__ = ["GUARD_VARIABLES", "RULE_VARIABLES", "load_spec", "validate_yaml"]
@@ -422,6 +422,9 @@ def _describe(model: type[BaseModel], path: KeyPath, errors: list[ErrorDetails])
     first = errors[0]
     if first["type"] == "extra_forbidden" and path:
         key = str(path[-1])
+        if not is_name(key):  # file content, not a key someone misspelt: never quote it
+            known = ", ".join(_keys_at(model, path[:-1]))
+            return f"unknown key {quote_key(key)}" + (f" (known: {known})" if known else "")
         return f"unknown key {key!r}{did_you_mean(key, _keys_at(model, path[:-1]))}"
     value = _show(first["input"])
     if len(errors) > 1:  # one error per member of a union

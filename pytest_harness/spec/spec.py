@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,20 +11,47 @@ from pytest_harness.cel import CelProgram
 from pytest_harness.errors import SpecError, UnknownTask
 from pytest_harness.spec.schema import GuardSpec, RuleSpec, SpecDocument, TaskSpec, resolve_path
 
-__all__ = ["KeyPath", "Spec", "format_key_path"]
+__all__ = ["KeyPath", "Spec", "format_key_path", "is_name", "quote_key"]
 
 KeyPath = tuple[str | int, ...]
 """A key path into the document: `("tasks", "orders", "tools", 1)`."""
 
 
+_NAME = re.compile(r"[^\W\d][\w.\-/@+]{0,63}|\d[\w.\-]{0,15}")
+"""What a key of a file we read looks like: a name (`orders`, `api-key`, `state.record`)."""
+
+
+def is_name(key: object) -> bool:
+    """Whether `key` looks like a name a person wrote, safe to quote in a message.
+
+    A key that does not (a line of `/etc/shadow` read as a key, 300 characters of base64) is
+    file content: messages describe it instead of quoting it, so an error never echoes what a
+    file that is not ours holds.
+    """
+    return isinstance(key, str) and _NAME.fullmatch(key) is not None
+
+
+def quote_key(key: object) -> str:
+    """`'orders'` for a name; a description (never the text) for any other key."""
+    if is_name(key):
+        return repr(key)
+    size = len(key) if isinstance(key, str) else 0
+    return f"<a key that is not a name, {size} characters>"
+
+
 def format_key_path(path: KeyPath) -> str:
-    """`tasks.orders.tools[1]` for `("tasks", "orders", "tools", 1)`."""
+    """`tasks.orders.tools[1]` for `("tasks", "orders", "tools", 1)`.
+
+    A key that is not a name ([`is_name`][]) shows as `<?>`: key paths quote names, never the
+    content of a file that is not ours.
+    """
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            text = str(part) if is_name(part) else "<?>"
+            out += f".{text}" if out else text
     return out
 
 

@@ -4,8 +4,13 @@
 libyaml is available) and build plain Python values from the node tree themselves, so that each
 key path (`("tasks", "orders", "tools", 1)`) gets its 1-based line. Building the values by hand
 is also where the limits of DESIGN §10 are enforced: a size cap, duplicate keys rejected, alias
-expansion and nesting bounded, unknown tags refused. Every problem is a `SpecError` with the
-file and line. Nothing here knows about `harness.yaml`: scripts and recordings use it too.
+expansion and nesting bounded, unknown tags refused. Alias expansion is bounded twice: by the
+nodes it adds (`MAX_ALIAS_NODES`) and by the bytes the built document holds, which may not
+exceed the file's own size cap (1 MiB for specs and scripts, 32 MiB for recordings), so a
+small file that names a large string many times is refused before anything holds its
+expansion (a 900 KB spec aliasing a 600 KB string 99,000 times would make 60 GB of JSON).
+Every problem is a `SpecError` with the file and line. Nothing here knows about
+`harness.yaml`: scripts and recordings use it too.
 
 Mapping keys are always strings: a plain scalar key keeps its text as written, so `on:` is the
 key `"on"` (not `True`) and `1:` is `"1"`. Merge keys (`<<: *defaults`) work as in PyYAML.
@@ -14,6 +19,7 @@ key `"on"` (not `True`) and `1:` is `"1"`. Merge keys (`<<: *defaults`) work as 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,15 +88,26 @@ def display_path(path: str | Path) -> str:
 
 
 def read_yaml(path: Path, *, display: str | None = None, max_bytes: int = MAX_BYTES) -> YamlDoc:
-    """Read and parse one YAML file, refusing files over `max_bytes` or not in UTF-8."""
+    """Read and parse one YAML file, refusing files over `max_bytes` or not in UTF-8.
+
+    The document built from it may not hold more than `max_bytes` either (alias expansion is
+    bounded by what it produces). Only regular files are read: a device (`/dev/zero`), a pipe
+    or a socket is refused before anything is read from it.
+    """
     file = display if display is not None else display_path(path)
     try:
+        kind = os.stat(path).st_mode
+        if not stat.S_ISREG(kind) and not stat.S_ISDIR(kind):
+            raise SpecError(
+                f"a YAML file was expected, this is {_file_kind(kind)}: {path}", file=file
+            )
         with open(path, "rb") as stream:
             raw = stream.read(max_bytes + 1)
             if len(raw) > max_bytes:
                 size = os.fstat(stream.fileno()).st_size
                 raise SpecError(
-                    f"the file is {size} bytes, over the cap of {max_bytes} bytes", file=file
+                    f"the file is {max(size, len(raw))} bytes, over the cap of {max_bytes} bytes",
+                    file=file,
                 )
     except FileNotFoundError:
         raise SpecError(f"file not found: {Path(path).absolute()}", file=file) from None
@@ -98,6 +115,8 @@ def read_yaml(path: Path, *, display: str | None = None, max_bytes: int = MAX_BY
         raise SpecError(f"a YAML file was expected, this is a folder: {path}", file=file) from None
     except PermissionError:
         raise SpecError(f"cannot read the file (permission denied): {path}", file=file) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read the file: {exc.strerror or exc}: {path}", file=file) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -107,11 +126,25 @@ def read_yaml(path: Path, *, display: str | None = None, max_bytes: int = MAX_BY
             file=file,
             line=line,
         ) from None
-    return parse_yaml(text, file=file)
+    return parse_yaml(text, file=file, max_bytes=max_bytes)
 
 
-def parse_yaml(text: str, *, file: str) -> YamlDoc:
-    """Parse YAML `text` (one document) into plain values and the line of every key path."""
+def _file_kind(mode: int) -> str:
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def parse_yaml(text: str, *, file: str, max_bytes: int = MAX_BYTES) -> YamlDoc:
+    """Parse YAML `text` (one document) into plain values and the line of every key path.
+
+    The built document may hold at most `max_bytes` (its scalars' text and a byte of
+    structure per item), however many aliases it uses; a larger one is a `SpecError`.
+    """
     loader = _Loader(text)
     try:
         try:
@@ -123,9 +156,14 @@ def parse_yaml(text: str, *, file: str) -> YamlDoc:
             raise SpecError(f"invalid YAML: {exc.reason}", file=file, line=line) from None
         except yaml.YAMLError as exc:
             raise SpecError(f"invalid YAML: {exc}", file=file) from None
+        except RecursionError:
+            raise SpecError(
+                f"invalid YAML: nested deeper than Python can read (the limit is {MAX_DEPTH})",
+                file=file,
+            ) from None
         if root is None:
             return YamlDoc(data=None, lines={}, file=file)
-        builder = _Builder(loader, file)
+        builder = _Builder(loader, file, max_bytes)
         data = builder.build(root, (), 0)
         return YamlDoc(data=data, lines=builder.lines, file=file)
     finally:
@@ -149,9 +187,12 @@ def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> SpecError:
 class _Builder:
     """Plain values from a node tree, with lines, counting what alias expansion adds."""
 
-    def __init__(self, constructor: SafeConstructor, file: str) -> None:
+    def __init__(self, constructor: SafeConstructor, file: str, max_bytes: int) -> None:
         self.constructor = constructor
         self.file = file
+        self.max_bytes = max_bytes
+        self._produced = 0
+        """Bytes of the document built so far: scalar text plus one per node."""
         self.lines: dict[KeyPath, int] = {}
         self._seen: set[int] = set()
         self._active: set[int] = set()
@@ -169,6 +210,19 @@ class _Builder:
         """Return the value of `node` at `path`; `depth` counts the collections around it."""
         self.lines[path] = node.start_mark.line + 1
         key = id(node)
+        produced = 1
+        if isinstance(node, ScalarNode):
+            value = node.value
+            produced += len(value) if value.isascii() else len(value.encode("utf-8", "replace"))
+        self._produced += produced
+        if self._produced > self.max_bytes:
+            raise self.error(
+                f"the document expands to more than {self.max_bytes} bytes, the cap for this "
+                "file (its aliases repeat more than the file holds); write the repeated parts "
+                "out or use fewer aliases",
+                node,
+                (),
+            )
         if key in self._seen:  # reached again through an alias: this copy is expansion
             self._expanded += 1
             if self._expanded > MAX_ALIAS_NODES:
