@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from pytest_harness.evals.checks import GradeInput, Verdict
     from pytest_harness.models.live import allow_live_models
     from pytest_harness.recording.model import Recording
+    from pytest_harness.redaction import SecretPattern
     from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness, RunHandle, load
     from pytest_harness.spec.schema import ReplayPolicy
@@ -113,6 +114,7 @@ __all__ = [
     "RunSummary",
     "Sample",
     "ScriptExhausted",
+    "SecretPattern",
     "SpecError",
     "StoreError",
     "ToolCall",
@@ -144,6 +146,7 @@ _LAZY = {
     "load": "pytest_harness.runtime.harness",
     "ReplayPolicy": "pytest_harness.spec.schema",
     "Recording": "pytest_harness.recording.model",
+    "SecretPattern": "pytest_harness.redaction",
     "ReplayReport": "pytest_harness.replay.report",
     "ToolContext": "pytest_harness.tools.context",
     "current_tool_context": "pytest_harness.tools.context",

@@ -4,12 +4,14 @@ A plugin is a module or object with `@hookimpl` functions, advertised under the
 `pytest_harness` entry-point group; the built-ins (`pytest_harness.builtins`) register the same
 way. Each collecting hook returns a mapping of names to factories; the manager merges them and
 refuses two plugins claiming one name. `harness_checkpoint` is told of every committed boundary
-of a run (`pytest_harness.plugins.notify_checkpoint` calls it).
+of a run (`pytest_harness.plugins.notify_checkpoint` calls it). `harness_redaction_patterns`
+returns secret shapes, which are all applied.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ import pluggy
 if TYPE_CHECKING:
     from pytest_harness.evals.checks import GraderCheck
     from pytest_harness.models.base import ModelProvider
+    from pytest_harness.redaction import SecretPattern
     from pytest_harness.runtime.guards import GuardChecker
     from pytest_harness.spec.schema import GraderSpec, GuardSpec, ModelSpec, StateSpec
     from pytest_harness.spec.spec import KeyPath, Spec
@@ -103,4 +106,15 @@ def harness_checkpoint(session_id: str, run_id: str, status: str, phase: str) ->
     in the driving worker's event loop, so keep it quick (hand slow work to a queue or a
     thread). A hook that raises is logged (logger `pytest_harness.plugins`) and changes nothing:
     the run goes on, and the other plugins' hooks are still called.
+    """
+
+
+@hookspec
+def harness_redaction_patterns() -> Sequence[SecretPattern | str | re.Pattern[str]]:  # type: ignore[empty-body]
+    """Secret shapes to redact in free text, besides the built-in ones (DESIGN §6).
+
+    Each is a `pytest_harness.SecretPattern(name, pattern)` or a regular expression; a group
+    named `secret` marks the part to replace (the rest of the match is kept as its label),
+    else the whole match is replaced. They apply to everything that leaves the store: golden
+    files, exports, reports and CLI output.
     """

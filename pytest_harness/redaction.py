@@ -1,80 +1,270 @@
-"""What leaves the store: credential-shaped keys redacted, generated ids made stable.
+"""What leaves the store: credentials redacted, generated ids made stable (DESIGN §6).
 
-A mapping key that names a credential (`api_key`, `authorization`, `password`, `secret`,
-`token`, …, in any case, alone or at the end of a longer key such as `client_secret` or
-`X-Api-Key`) has its value replaced by `[REDACTED]`, at any depth, also inside strings that hold
-JSON. The same input always gives the same output, so a redacted recording still replays: a
-model answer and the tool call it recorded are redacted alike.
+Two passes make a value safe to leave the store (golden files, exports, reports, CLI output):
+
+- **Keys.** A mapping key that names a credential has its value replaced by `[REDACTED]`, at
+  any depth, also inside strings that hold JSON. Keys are read as words in any casing or mix:
+  `password`, `client_secret`, `clientSecret`, `X-Api-Key`, `ACCESS_TOKEN`, `refreshToken`,
+  `secretKey`, `sessionToken`, `authToken`, `x-api-key` ([`is_credential_key`][]).
+- **Free text.** Every string is scanned for well-known secret shapes ([`SECRET_PATTERNS`][]:
+  `Authorization: Bearer …`, `sk-…` and `sk-ant-…` keys, `ghp_…` tokens, AWS access key ids,
+  `scheme://user:password@host`, `password=…` pairs, `"token": "…"` inside text, JWTs,
+  private key blocks, …). The secret is replaced and its label kept
+  (`Authorization: Bearer [REDACTED]`, `postgresql://app:[REDACTED]@db`, `sk-ant-[REDACTED]`).
+  A plugin adds shapes through the `harness_redaction_patterns` hook ([`SecretPattern`][]).
+
+The catalogue is our own, modelled on the regex detectors of `detect-secrets` plus the shapes
+it lacks (Bearer headers, `sk-ant-`/`sk-proj-` keys, `github_pat_`, key-value pairs that keep
+their key): `benchmarks/redaction.py` measured its scan of every string of a golden write
+against `detect-secrets`' own scanner, which costs far more per string and replaces nothing.
+
+Redaction is idempotent and deterministic (the same input gives the same output), so a
+redacted recording still replays: a model answer and the tool call it recorded are redacted
+alike, and a request digest is taken over redacted content on both sides.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["REDACTED", "comparable", "is_credential_key", "redact", "stable_ids"]
+__all__ = [
+    "REDACTED",
+    "SECRET_PATTERNS",
+    "SecretPattern",
+    "comparable",
+    "is_credential_key",
+    "redact",
+    "redact_text",
+    "stable_ids",
+]
 
 REDACTED = "[REDACTED]"
 
-_KEY_HINT = re.compile(
-    r"(?:key|auth|authorization|passwd|password|passphrase|secret|token|credentials?|cookie|"
-    r"bearer)\\*\"\s*:"
-)
-"""A superset of credential keys as they end in lower-cased JSON text (also inside strings)."""
-_KEY_WORDS = ("key", "auth", "passw", "secret", "token", "credential", "cookie", "bearer")
-_ID_PREFIXES = ("run_", "ses_", "exk_", "apr_", "att_")
-_VOLATILE_ID = re.compile(r"\b(run|ses|exk|apr|att)_[0-9a-f]{32}\b")
-_CREDENTIAL = re.compile(
-    r"(?:^|[_\-.\s])(?:api[_\-]?key|apikey|authorization|auth|password|passwd|passphrase|"
-    r"secret|token|access[_\-]?key|private[_\-]?key|credentials?|cookie|set[_\-]?cookie|"
-    r"session[_\-]?key|bearer)$",
-    re.IGNORECASE,
-)
+
+@dataclass(frozen=True, slots=True)
+class SecretPattern:
+    """A secret shape in free text: a name, and a regular expression that finds it.
+
+    With a group named `secret`, only that group is replaced by `[REDACTED]` and the rest of
+    the match (its label: `Bearer `, `sk-ant-`, `user:`) stays; without one, the whole match
+    is replaced. A plugin returns these from its `harness_redaction_patterns` hook.
+    """
+
+    name: str
+    pattern: str | re.Pattern[str]
+
+    def compiled(self) -> re.Pattern[str]:
+        """The pattern compiled; `ValueError` naming the shape when it does not compile."""
+        if isinstance(self.pattern, re.Pattern):
+            return self.pattern
+        try:
+            return re.compile(self.pattern)
+        except re.error as exc:
+            raise ValueError(
+                f"secret pattern {self.name!r} does not compile: {exc} ({self.pattern!r})"
+            ) from exc
 
 
+# -- keys ------------------------------------------------------------------------------------
+
+_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+"""The words of a key in any casing: `clientSecret` → client, Secret; `APIKey` → API, Key."""
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "token",
+        "auth",
+        "authorization",
+        "credential",
+        "credentials",
+        "cookie",
+        "bearer",
+        "apikey",
+        "privatekey",
+        "secretkey",
+        "accesskey",
+    }
+)
+"""A key whose last word is one of these names a credential (`refresh_token`, `db-password`)."""
+_KEY_QUALIFIERS = frozenset(
+    {"api", "secret", "access", "private", "session", "signing", "encryption", "master", "auth"}
+)
+"""`…_key` names a credential after one of these (`api_key`, `secretKey`), not alone
+(`execution_key`, `idempotency_key`, `sort_key` are not secrets)."""
+_CREDENTIAL_SUFFIXES = ("password", "passwd", "secret", "token", "apikey")
+"""A one-word key ending so (`accesstoken`, `dbpassword`) names a credential too."""
+
+
+@functools.lru_cache(maxsize=4096)
 def is_credential_key(key: str) -> bool:
-    """Whether a mapping key names a credential (`password`, `client_secret`, `X-Api-Key`)."""
-    return bool(_CREDENTIAL.search(key))
+    """Whether a mapping key names a credential, in any casing or mix of separators.
+
+    `password`, `client_secret`, `clientSecret`, `X-Api-Key`, `ACCESS_TOKEN`, `secretKey`,
+    `set-cookie`: yes. `max_tokens`, `execution_key`, `token_count`, `author`: no.
+    """
+    words = [w.lower() for w in _WORDS.findall(key)]
+    if not words:
+        return False
+    last = words[-1]
+    if last in _CREDENTIAL_WORDS:
+        return True
+    if last == "key":
+        return len(words) > 1 and words[-2] in _KEY_QUALIFIERS
+    return len(words) == 1 and last.endswith(_CREDENTIAL_SUFFIXES)
+
+
+# -- free text -------------------------------------------------------------------------------
+
+_KEY_IN_TEXT = (
+    r"(?:[A-Za-z0-9]*[_\-.]?)?"
+    r"(?:password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|"
+    r"private[_\-]?key|secret[_\-]?key|credentials?|session[_\-]?id|auth|cookie)"
+)
+"""A credential key as it appears in text (`password`, `clientSecret`, `x-api-key`, …)."""
+
+SECRET_PATTERNS: tuple[SecretPattern, ...] = (
+    SecretPattern(
+        "private-key-block",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?P<secret>(?:[^-]|-(?!----))*+)"
+        r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+    ),
+    SecretPattern(
+        "authorization-header",
+        r"(?i)\b(?:proxy-)?authorization\\?[\"']?\s*[:=]\s*\\?[\"']?"
+        r"(?:(?:bearer|basic|token|digest|negotiate|apikey)\s+)?(?P<secret>[^\s\"'\\,;]+)",
+    ),
+    SecretPattern("bearer-token", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)"),
+    SecretPattern("anthropic-key", r"\bsk-ant-(?:[a-z]+\d*-)?(?P<secret>[A-Za-z0-9_\-]{16,})"),
+    SecretPattern(
+        "openai-key", r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-)?(?P<secret>[A-Za-z0-9_\-]{16,})"
+    ),
+    SecretPattern("github-token", r"\b(?:gh[pousr]_|github_pat_)(?P<secret>[A-Za-z0-9_]{20,})"),
+    SecretPattern("gitlab-token", r"\bgl(?:pat|dt|ft|soat|rt)-(?P<secret>[A-Za-z0-9_\-]{20,})"),
+    SecretPattern(
+        "aws-access-key-id", r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)(?P<secret>[A-Z0-9]{16})\b"
+    ),
+    SecretPattern("slack-token", r"\bxox[abposr]-(?P<secret>[A-Za-z0-9\-]{10,})"),
+    SecretPattern("stripe-key", r"\b[rs]k_(?:live|test)_(?P<secret>[0-9a-zA-Z]{16,})"),
+    SecretPattern("google-api-key", r"\bAIza(?P<secret>[0-9A-Za-z_\-]{35})"),
+    SecretPattern("sendgrid-key", r"\bSG\.(?P<secret>[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})"),
+    SecretPattern("pypi-token", r"\bpypi-(?P<secret>AgE[A-Za-z0-9_\-]{50,})"),
+    SecretPattern("npm-token", r"\bnpm_(?P<secret>[A-Za-z0-9]{36})"),
+    SecretPattern(
+        "jwt", r"\beyJ[A-Za-z0-9_\-]{5,}\.(?P<secret>eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*)"
+    ),
+    SecretPattern(
+        "url-credentials",
+        r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@\"'<>]+:(?P<secret>[^\s@/?#\"'<>]+)@",
+    ),
+    SecretPattern(
+        "quoted-key-value",
+        rf"(?i)(?<![A-Za-z0-9])(?:\\?[\"'])?{_KEY_IN_TEXT}(?:\\?[\"'])?\s*[:=]\s*"
+        r"(?P<q>\\?[\"'])(?P<secret>(?:(?!(?P=q)).)*)(?P=q)",
+    ),
+    SecretPattern(
+        "key-value",
+        rf"(?i)(?<![A-Za-z0-9])[\"']?{_KEY_IN_TEXT}[\"']?\s*[:=]\s*"
+        r"(?P<secret>[^\s\"'\\,;&<>{}\[\]()]*[^\s\"'\\,;&<>{}\[\]().!?:])",
+    ),
+)
+"""The built-in secret shapes, applied in this order (a private key block first, the generic
+key-value pairs last, so a specific shape keeps its own label)."""
+
+
+def _plugin_patterns() -> tuple[SecretPattern, ...]:
+    """The shapes plugins add through `harness_redaction_patterns`, in registration order."""
+    from pytest_harness.plugins import plugin_manager
+
+    found: list[SecretPattern] = []
+    for result in plugin_manager().hook.harness_redaction_patterns():
+        for item in result or ():
+            if isinstance(item, SecretPattern):
+                found.append(item)
+            elif isinstance(item, str | re.Pattern):
+                found.append(SecretPattern("plugin", item))
+            else:
+                raise TypeError(
+                    "harness_redaction_patterns must return SecretPattern objects or regular "
+                    f"expressions, got {type(item).__name__}"
+                )
+    return tuple(found)
+
+
+@functools.cache
+def _scanners() -> tuple[Callable[[str], str], ...]:
+    """One substitution per shape (built-in, then plugins'), compiled once per process."""
+    return tuple(_scanner(p.compiled()) for p in (*SECRET_PATTERNS, *_plugin_patterns()))
+
+
+def _scanner(pattern: re.Pattern[str]) -> Callable[[str], str]:
+    if "secret" not in pattern.groupindex:
+        return functools.partial(pattern.sub, REDACTED)
+
+    def keep_label(match: re.Match[str]) -> str:
+        start, end = match.span("secret")
+        if start < 0:
+            return match.group(0)
+        whole = match.group(0)
+        offset = match.start()
+        return whole[: start - offset] + REDACTED + whole[end - offset :]
+
+    return functools.partial(pattern.sub, keep_label)
+
+
+def redact_text(text: str) -> str:
+    """`text` with every secret shape replaced, keeping each one's label."""
+    for scan in _scanners():
+        text = scan(text)
+    return text
+
+
+# -- values ----------------------------------------------------------------------------------
 
 
 def redact(value: Any) -> Any:
-    """`value` with every credential-shaped key's value replaced by `[REDACTED]`.
+    """`value` with credentials replaced by `[REDACTED]`: by key, and by shape in every string.
 
-    Returns new containers where something changed; `value` itself when nothing could (a
-    quick scan of its JSON text finds no key that could name a credential).
+    Containers are copied (mappings as dicts, sequences as lists); strings that hold JSON are
+    redacted inside and written back as compact JSON only when something changed.
     """
-    if isinstance(value, Mapping | list | tuple) and not _may_hold_credentials(_text(value)):
-        return value
-    return _redact(value)
-
-
-def _redact(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {
-            k: (REDACTED if isinstance(k, str) and is_credential_key(k) else _redact(v))
+            k: (REDACTED if isinstance(k, str) and is_credential_key(k) else redact(v))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [_redact(v) for v in value]
+        return [redact(v) for v in value]
     if isinstance(value, str):
-        return _redact_json_string(value)
+        return _redact_string(value)
     return value
 
 
-def _redact_json_string(text: str) -> str:
+def _redact_string(text: str) -> str:
     stripped = text.lstrip()
-    if not stripped or stripped[0] not in "{[":
-        return text
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return text
-    cleaned = _redact(parsed)
-    if cleaned == parsed:
-        return text
-    return json.dumps(cleaned, ensure_ascii=False, separators=(",", ":"))
+    if stripped[:1] in ("{", "["):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            pass
+        else:
+            if isinstance(parsed, dict | list):
+                cleaned = redact(parsed)
+                if cleaned != parsed:
+                    return json.dumps(cleaned, ensure_ascii=False, separators=(",", ":"))
+                return text
+    return redact_text(text)
+
+
+_ID_PREFIXES = ("run_", "ses_", "exk_", "apr_", "att_")
+_VOLATILE_ID = re.compile(r"\b(run|ses|exk|apr|att)_[0-9a-f]{32}\b")
 
 
 def stable_ids(data: Any) -> Any:
@@ -113,24 +303,8 @@ def _stable(data: Any) -> Any:
 
 
 def comparable(value: Any) -> Any:
-    """`value` as recordings compare it: redacted, with generated ids made stable.
-
-    One scan of its JSON text decides which of the two walks are needed (redaction only ever
-    removes text, so it cannot bring an id in).
-    """
-    if not isinstance(value, Mapping | list | tuple):
-        return stable_ids(redact(value))
-    text = _text(value)
-    if _may_hold_credentials(text):
-        value = _redact(value)
-    if _may_hold_ids(text):
-        value = _stable(value)
-    return value
-
-
-def _may_hold_credentials(text: str) -> bool:
-    low = text.lower()
-    return any(word in low for word in _KEY_WORDS) and _KEY_HINT.search(low) is not None
+    """`value` as recordings compare it: redacted, with generated ids made stable."""
+    return stable_ids(redact(value))
 
 
 def _may_hold_ids(text: str) -> bool:
@@ -138,5 +312,5 @@ def _may_hold_ids(text: str) -> bool:
 
 
 def _text(value: Any) -> str:
-    """JSON text of `value` for the quick scans (any key that could name a credential, any id)."""
+    """JSON text of `value` for the quick scan for ids."""
     return json.dumps(value, ensure_ascii=False, default=str)

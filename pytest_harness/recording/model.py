@@ -249,9 +249,15 @@ class Recording:
         return write_recording(self, Path(path), overwrite=overwrite)
 
     def redacted(self) -> Recording:
-        """A copy with credential-shaped keys redacted everywhere, consistently."""
+        """A copy with credentials redacted in every field, consistently (DESIGN §6).
+
+        Credential-shaped keys and secret shapes in free text, in the input, principal,
+        labels, history, model turns, tool calls and results, approvals (arguments, approver
+        and reason), output, error and trace: everything a golden file or a report shows.
+        """
         return replace(
             self,
+            input=redact(self.input),
             principal=redact(self.principal),
             labels=redact(self.labels),
             history=tuple(redact(list(self.history))),
@@ -271,8 +277,17 @@ class Recording:
                 replace(r, args=redact(r.args), outcome=redact(r.outcome))
                 for r in self.tool_results
             ),
-            approvals=tuple(replace(a, args=redact(a.args)) for a in self.approvals),
+            approvals=tuple(
+                replace(
+                    a,
+                    args=redact(a.args),
+                    approver=redact(a.approver),
+                    reason=None if a.reason is None else redact(a.reason),
+                )
+                for a in self.approvals
+            ),
             output=redact(self.output),
+            error=None if self.error is None else redact(self.error),
             trace=Trace.from_list(redact(self.trace.to_list())),
             grades=tuple(redact([dict(g) for g in self.grades])),
         )

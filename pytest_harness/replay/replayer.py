@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, cast
 from pytest_harness.errors import ApprovalDenied, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
 from pytest_harness.recording.model import Recording
-from pytest_harness.redaction import comparable
+from pytest_harness.redaction import comparable, redact
 from pytest_harness.replay.report import (
     Divergence,
     ReplayReport,
@@ -110,28 +110,33 @@ async def replay(
         )
         try:
             result = await twin._drive(record, created=True, history=history)
-            result = await _answer_approvals(twin, tape, result)
+            result = await _answer_approvals(twin, tape, result, recording.tenant)
         except ReplayDiverged as exc:
+            expected, actual = redact(exc.expected), redact(exc.actual)
             divergence = Divergence(
-                reason=exc.reason,
-                expected=exc.expected,
-                actual=exc.actual,
+                reason=redact(exc.reason),
+                expected=expected,
+                actual=actual,
                 fields=(
-                    diff_fields(exc.expected, exc.actual)
-                    if isinstance(exc.expected, dict) and isinstance(exc.actual, dict)
+                    diff_fields(expected, actual)
+                    if isinstance(expected, dict) and isinstance(actual, dict)
                     else ()
                 ),
             )
             result = await twin.result(record.run_id)
         replayed = await Recording.from_store(twin.store, record.run_id)
+    # A report leaves the store: both sides are compared and shown redacted (DESIGN §6).
     recorded_trace, replayed_trace = recording.trace, result.trace
     if tools is not None:
         # Real tool results are raw, a golden file's are redacted: compare both redacted.
         # (Without real tools every value of the replay comes from the recording itself.)
         recorded_trace = Trace.from_list(comparable(recorded_trace.to_list()))
         replayed_trace = Trace.from_list(comparable(replayed_trace.to_list()))
+    else:
+        recorded_trace = Trace.from_list(redact(recorded_trace.to_list()))
+        replayed_trace = Trace.from_list(redact(replayed_trace.to_list()))
     decisions = () if divergence else diff_decisions(recorded_trace, replayed_trace)
-    requests = request_changes(recording, replayed, tape.requests)
+    requests = request_changes(recording.redacted(), replayed.redacted(), tape.requests)
     not_regraded: tuple[str, ...] = ()
     if harness.evals is not None and divergence is None:  # graders in the gate (evals/)
         from pytest_harness.evals.replay import regrade
@@ -140,13 +145,16 @@ async def replay(
         decisions += grading.changes
         not_regraded = grading.not_regraded
         replayed = replace(replayed, grades=grading.grades)
+    output = redact(result.output)
+    recording = recording.redacted()
+    replayed = replayed.redacted()
     return ReplayReport(
         task=recording.task,
         run_id=recording.run_id,
         source=None if recording.source is None else str(recording.source),
         status=(recording.status, result.status.value),
-        output=(recording.output, result.output),
-        output_diff=() if divergence else output_diff(recording.output, result.output),
+        output=(recording.output, output),
+        output_diff=() if divergence else output_diff(recording.output, output),
         decisions=decisions,
         model_requests_changed=(requests.changed, tape.requests),
         requests_explained=requests.explained,
@@ -158,7 +166,9 @@ async def replay(
     )
 
 
-async def _answer_approvals(twin: Harness, tape: Tape, result: RunResult) -> RunResult:
+async def _answer_approvals(
+    twin: Harness, tape: Tape, result: RunResult, tenant: str | None
+) -> RunResult:
     """Answer the replay's approvals with the recorded decisions, while any apply."""
     while result.status is RunStatus.AWAITING_APPROVAL:
         rules = {row.approval_id: row.rule_id for row in await twin.store.approvals(result.run_id)}
@@ -173,7 +183,8 @@ async def _answer_approvals(twin: Harness, tape: Tape, result: RunResult) -> Run
             approver = Principal(
                 id=str(decision.approver.get("id")),
                 roles=tuple(decision.approver.get("roles") or ()),
-                tenant=decision.approver.get("tenant"),
+                # An answer was only taken from a principal of the run's tenant.
+                tenant=decision.approver.get("tenant", tenant),
             )
             try:
                 result = await twin.approve(

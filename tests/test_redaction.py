@@ -1,0 +1,171 @@
+"""`pytest_harness.redaction`: credential keys in any casing, secret shapes in free text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_harness.redaction import (
+    REDACTED,
+    SecretPattern,
+    comparable,
+    is_credential_key,
+    redact,
+    redact_text,
+)
+
+CREDENTIAL_KEYS = [
+    "password",
+    "Password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "client_secret",
+    "clientSecret",
+    "ClientSecret",
+    "CLIENT_SECRET",
+    "client-secret",
+    "accessToken",
+    "access_token",
+    "refreshToken",
+    "secretKey",
+    "secret_key",
+    "sessionToken",
+    "authToken",
+    "auth",
+    "Authorization",
+    "x-api-key",
+    "X-Api-Key",
+    "apiKey",
+    "api_key",
+    "APIKey",
+    "apikey",
+    "privateKey",
+    "private-key",
+    "set-cookie",
+    "Cookie",
+    "credentials",
+    "dbPassword",
+    "accesstoken",
+    "AWS_SECRET_ACCESS_KEY",
+    "github.token",
+]
+ORDINARY_KEYS = [
+    "max_tokens",
+    "input_tokens",
+    "tokens",
+    "token_count",
+    "execution_key",
+    "idempotency_key",
+    "sort_key",
+    "key",
+    "author",
+    "authority",
+    "keys",
+    "monkey",
+    "passage",
+    "secretary_name",
+    "order_id",
+    "amount",
+    "session_id",
+    "",
+]
+
+
+@pytest.mark.parametrize("key", CREDENTIAL_KEYS)
+def test_credential_keys_in_any_casing(key: str) -> None:
+    assert is_credential_key(key)
+    assert redact({key: "v4lue", "n": 1}) == {key: REDACTED, "n": 1}
+
+
+@pytest.mark.parametrize("key", ORDINARY_KEYS)
+def test_ordinary_keys_are_kept(key: str) -> None:
+    assert not is_credential_key(key)
+    assert redact({key: 5}) == {key: 5}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Authorization: Bearer abcdefghijklmnop", "Authorization: Bearer [REDACTED]"),
+        ('{"authorization": "Basic dXNlcjpwYXNz"}', '{"authorization":"[REDACTED]"}'),
+        ("call with bearer abc.def-ghi_jkl", "call with bearer [REDACTED]"),
+        ("sk-ant-api03-abcdefghijklmnopqrstu", "sk-ant-api03-[REDACTED]"),
+        ("key sk-abcdefghijklmnopqrstuvwx", "key sk-[REDACTED]"),
+        ("ghp_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_[REDACTED]"),
+        ("github_pat_11ABCDEFG0123456789_abcdefghijk", "github_pat_[REDACTED]"),
+        ("id AKIAIOSFODNN7EXAMPLE ok", "id AKIA[REDACTED] ok"),
+        ("postgresql://app:hunter2@db/x", "postgresql://app:[REDACTED]@db/x"),
+        ("https://user:p%40ss@example.com:8443/", "https://user:[REDACTED]@example.com:8443/"),
+        ("password=hunter2&next=1", "password=[REDACTED]&next=1"),
+        ("Your password: hunter2.", "Your password: [REDACTED]."),
+        ("clientSecret = 'a b c'", "clientSecret = '[REDACTED]'"),
+        ('log: {"accessToken": "t0k", "n": 1}', 'log: {"accessToken": "[REDACTED]", "n": 1}'),
+        ('escaped {\\"apiKey\\": \\"v\\"}', 'escaped {\\"apiKey\\": \\"[REDACTED]\\"}'),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+            "-----BEGIN RSA PRIVATE KEY-----[REDACTED]-----END RSA PRIVATE KEY-----",
+        ),
+    ],
+)
+def test_secret_shapes_in_free_text_keep_their_label(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "max_tokens=5, token_count=3",
+        "Bearer of bad news",
+        "Refund $250 on order A-1001.",
+        "see https://example.com/a:b",
+        "run_0123456789abcdef0123456789abcdef",
+        "the key to success",
+    ],
+)
+def test_ordinary_text_is_kept(text: str) -> None:
+    assert redact_text(text) == text
+
+
+def test_json_inside_strings_is_redacted_at_any_depth() -> None:
+    inner = json.dumps({"refreshToken": "r", "deeper": json.dumps({"secretKey": "s"})})
+    got = redact({"raw": inner})
+    assert json.loads(got["raw"])["refreshToken"] == REDACTED
+    assert json.loads(json.loads(got["raw"])["deeper"])["secretKey"] == REDACTED
+
+
+def test_a_pattern_that_does_not_compile_names_itself() -> None:
+    with pytest.raises(ValueError, match="secret pattern 'bad' does not compile"):
+        SecretPattern("bad", "(").compiled()
+
+
+def test_comparable_redacts_and_makes_ids_stable() -> None:
+    value = {"a": "run_" + "a" * 32, "password": "x", "t": "token=abc"}
+    assert comparable(value) == {"a": "run_1", "password": REDACTED, "t": "token=[REDACTED]"}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_redaction_is_idempotent_and_keeps_the_shape(value: object) -> None:
+    once = redact(value)
+    assert redact(once) == once
+    assert type(once) is (list if isinstance(value, tuple) else type(value))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_redacting_text_never_fails_and_is_idempotent(text: str) -> None:
+    once = redact_text(text)
+    assert redact_text(once) == once
