@@ -23,6 +23,8 @@ import pytest
 
 import pytest_harness as ph
 
+pytestmark = pytest.mark.slow  # each waits for a blocked thread to finish at the loop's end
+
 MODULE = textwrap.dedent(
     '''
     import time
