@@ -554,8 +554,9 @@ def main() -> int:
         )
     if tally.undecided:
         print(
-            f"{tally.undecided} approver {'kill' if tally.undecided == 1 else 'kills'} came "
-            f"before the decision was saved: the run still waited for its answer; "
+            f"{tally.undecided} approver {'kill' if tally.undecided == 1 else 'kills'} left "
+            "nothing behind: before the decision was saved (the run still waited for its "
+            "answer), or after the resumed run had ended or stopped again; "
             f"at the end an operator answered the {tally.operator} runs still waiting."
         )
     failed = (

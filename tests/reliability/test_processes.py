@@ -237,8 +237,8 @@ def test_a_random_kill_sweep_loses_nothing_and_leaves_no_run_stuck() -> None:
 # -- racing approvers --------------------------------------------------------------------------
 
 
-RACERS = 20
-TRIALS = 3
+RACERS = int(os.environ.get("HARNESS_RACERS", "20"))
+TRIALS = int(os.environ.get("HARNESS_RACE_TRIALS", "3"))
 
 
 def test_racing_approvers_exactly_one_wins_each_trial(procs: Procs) -> None:
