@@ -134,7 +134,9 @@ _NO_LIVE_LEASE = "(lease_owner IS NULL OR lease_expires IS NULL OR lease_expires
 EXPIRED = f"SELECT run_id FROM runs WHERE status = 'running' AND {_NO_LIVE_LEASE} ORDER BY seq"
 _ALL_ANSWERED = (
     "status = 'awaiting_approval' AND NOT EXISTS (SELECT 1 FROM approvals p "
-    "WHERE p.run_id = runs.run_id AND p.status = 'pending') "
+    "WHERE p.run_id = runs.run_id AND p.status = 'pending' "
+    "AND NOT EXISTS (SELECT 1 FROM approvals d WHERE d.run_id = p.run_id "
+    "AND d.execution_key = p.execution_key AND d.status = 'decline')) "
     "AND (SELECT max(a.decided_at) FROM approvals a WHERE a.run_id = runs.run_id) "
     "<= %(now)s - %(grace)s"
 )

@@ -455,8 +455,10 @@ class Store(Protocol):
         Claimable: a run of one of `tasks`, not in `exclude`, with no live lease at `now`,
         that is either `running` (as `expired_runs` lists) or `awaiting_approval` with every
         approval answered, the last at or before `now - grace` (its answerer died before
-        resuming it: DESIGN §10, liveness). One atomic write (Postgres: `FOR UPDATE SKIP
-        LOCKED`), so workers claiming at once each get a different run. This is how
+        resuming it: DESIGN §10, liveness); a request still pending for a call that another
+        request declined is moot (one decline settles the call) and does not count as open.
+        One atomic write (Postgres: `FOR UPDATE SKIP LOCKED`), so workers claiming at once
+        each get a different run. This is how
         `recover()` and `worker` split interrupted runs between workers. `ValueError` when
         `ttl` is not positive.
         """

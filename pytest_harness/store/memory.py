@@ -528,12 +528,21 @@ class MemoryStore:
         return None
 
     def _answered(self, run: _Run, by: float) -> bool:
-        """Whether the run awaits approvals that were all answered, the last at or before `by`."""
+        """Whether the run awaits approvals that were all answered, the last at or before `by`.
+
+        A request left pending for a call another request declined is moot (DESIGN §3: one
+        decline settles the call), so it does not keep the run waiting.
+        """
         if run.status != "awaiting_approval":
             return False
         rows = [a for a in self._approvals.values() if a.run_id == run.run_id]
-        return bool(rows) and all(
-            a.status != "pending" and a.decided_at is not None and a.decided_at <= by for a in rows
+        # A request still pending for a call that another request declined is moot, not open.
+        declined = {a.new.execution_key for a in rows if a.status == "decline"}
+        answered = [a for a in rows if a.status != "pending"]
+        return (
+            bool(answered)
+            and not any(a.status == "pending" and a.new.execution_key not in declined for a in rows)
+            and all(a.decided_at is not None and a.decided_at <= by for a in answered)
         )
 
     async def journal(

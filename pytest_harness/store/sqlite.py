@@ -333,12 +333,15 @@ _CLAIMABLE = (
     "AND r.run_id NOT IN (SELECT value FROM json_each(:exclude)) "
     "AND (r.status = 'running' OR (r.status = 'awaiting_approval' "
     "AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.run_id = r.run_id "
-    "AND p.status = 'pending') "
+    "AND p.status = 'pending' AND NOT EXISTS (SELECT 1 FROM approvals d "
+    "WHERE d.run_id = p.run_id AND d.execution_key = p.execution_key "
+    "AND d.status = 'decline')) "
     "AND (SELECT max(a.decided_at) FROM approvals a WHERE a.run_id = r.run_id) "
     "<= :now - :grace))"
 )
 """A run `claim_run` may take: `running` with no live lease, or `awaiting_approval` with every
-approval answered (none pending, at least one: `max` of none is NULL) long enough ago."""
+approval answered (none open: a request pending for a call another request declined is moot;
+at least one answered: `max` of none is NULL) long enough ago."""
 _CLAIM_PICK = (
     f"SELECT r.seq, CASE WHEN r.lease_owner IS NULL THEN NULL ELSE r.lease_expires END "
     f"FROM runs r WHERE {_CLAIMABLE} ORDER BY r.seq LIMIT 1"

@@ -850,6 +850,37 @@ async def test_claim_run_takes_a_run_whose_approvals_were_all_answered(store: St
     assert unanswered and half  # never claimable while an approval is pending
 
 
+async def test_claim_run_takes_a_run_whose_call_was_declined_with_requests_left_moot(
+    store: Store,
+) -> None:
+    async def waiting(*keys: str) -> tuple[str, list[str]]:
+        record, _ = await store.create_run(new_run())
+        approvals = [new_approval(execution_key=key) for key in keys]
+        await store.commit(
+            record.run_id, 0, status="awaiting_approval", state={}, approvals=approvals
+        )
+        return record.run_id, [a.approval_id for a in approvals]
+
+    # One call, two rules (finance and legal): a decline settles it, the other request is moot.
+    moot, (declined, _) = await waiting("exk_1", "exk_1")
+    # Two calls: a decline of one leaves the other call's request open.
+    other, (declined_other, _) = await waiting("exk_1", "exk_2")
+    for run_id, approval_id in ((moot, declined), (other, declined_other)):
+        await store.decide_approval(
+            run_id,
+            approval_id,
+            decision="decline",
+            approver="fiona",
+            approver_roles=(),
+            reason=None,
+        )
+    later = time.time() + 61
+    claim = await store.claim_run("w1", 30, tasks=["orders"], now=later, grace=60)
+    assert claim is not None and claim[0].run_id == moot
+    rest = await store.claim_run("w2", 30, tasks=["orders"], exclude=[moot], now=later, grace=60)
+    assert rest is None  # `other` still has an open request
+
+
 async def test_concurrent_claims_never_share_a_run(store: Store) -> None:
     made = [(await store.create_run(new_run()))[0].run_id for _ in range(6)]
     claims = await asyncio.gather(
