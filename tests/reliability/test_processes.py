@@ -52,12 +52,17 @@ APP = textwrap.dedent(
         return {"amount": amount, "by": os.getpid()}
 
 
+    async def charge(amount: int) -> dict:
+        """Charges a card (manual: never repeated on a guess)."""
+        return await refund(amount)
+
+
     def model(request):
         if request.messages[-1]["role"] == "tool":
-            return f"refunded by {os.getpid()}"
-        amount = int(request.input.split()[-1])
+            return f"done by {os.getpid()}: {request.messages[-1]['content']}"
+        tool, amount = request.input.split()
         return ModelResponse(
-            calls=(ProposedCall("c1", "refund", {"amount": amount}),), usage=TokenUsage(3, 1)
+            calls=(ProposedCall("c1", tool, {"amount": int(amount)}),), usage=TokenUsage(3, 1)
         )
     '''
 )
@@ -69,10 +74,11 @@ models:
   default: {use: function, call: "procapp:model", retries: 0}
 tools:
   refund: {call: "procapp:refund", replay: idempotent}
+  charge: {call: "procapp:charge"}
 rules:
   - {id: R1, when: 'args.amount > 100', then: approve, approvers: [finance]}
 tasks:
-  t: {prompt: p, tools: [refund]}
+  t: {prompt: p, tools: [refund, charge]}
 state: {use: sqlite, path: state.db, lease: 300ms, busy_timeout: 20s}
 """
 
@@ -118,9 +124,24 @@ WORKER = textwrap.dedent(
                     result = await harness.run("t", f"refund {n % 50 + 1}", principal="ann")
                     assert result.ok, result
                     print(result.run_id, flush=True)
+            elif command == "resolve":  # settle an uncertain call; stop right after it commits
+                run_id, key, marker = args
+                commit = harness.store.commit
+
+                async def committed(*a, **kw):
+                    control = await commit(*a, **kw)
+                    if any(e.kind == "tool_resolved" for e in kw.get("events") or ()):
+                        with open(marker, "w") as f:
+                            f.write(run_id)
+                        await asyncio.sleep(120)
+                    return control
+
+                harness.store.commit = committed
+                await harness.resolve(run_id, key, result={"settled": "by hand"}, resolver="ops")
             elif command == "one":
+                text = args[0] if args else "refund 7"
                 try:
-                    result = await harness.run("t", "refund 7", principal="ann")
+                    result = await harness.run("t", text, principal="ann")
                     print("done", result.status.value, flush=True)
                 except ph.StoreError as exc:
                     print("stale", exc, flush=True)
@@ -329,3 +350,42 @@ def test_a_writer_stopped_past_its_lease_cannot_write_when_it_wakes(procs: Procs
     # The idempotent tool ran in both processes, with the same execution key.
     calls = [e for e in procs.ledger() if e["run"] == run_id]
     assert len(calls) == 2 and calls[0]["key"] == calls[1]["key"]
+
+
+# -- an uncertain call resolved, and the resolver killed before the run moves ------------------
+
+
+def kill_when(proc: subprocess.Popen[str], marker: Path) -> None:
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_a_resolved_call_whose_resolver_died_is_recovered(procs: Procs) -> None:
+    in_tool = procs.root / "in-tool"
+    kill_when(procs.start("one", "charge 7", MARK_IN_TOOL=str(in_tool), TOOL_SLEEP="120"), in_tool)
+    run_id = in_tool.read_text(encoding="utf-8")
+    [line] = procs.call("recover")
+    assert json.loads(line)["status"] == "awaiting_resolution"  # surfaced, not guessed
+    [[key, _]] = [
+        [c["key"], c["status"]]
+        for c in procs.rows()[run_id][1]["calls"]  # type: ignore[union-attr]
+    ]
+    resolved = procs.root / "resolved"
+    kill_when(procs.start("resolve", run_id, key, str(resolved)), resolved)
+    status, _ = procs.rows()[run_id]
+    assert status == "running"  # the resolution is committed; nobody drives the run
+    [line] = procs.call("recover")
+    done = json.loads(line)
+    assert done["run_id"] == run_id and done["status"] == "completed"
+    assert "by hand" in done["output"]
+    assert len([e for e in procs.ledger() if e["run"] == run_id]) == 1  # charged once
