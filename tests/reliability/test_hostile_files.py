@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 import pytest_harness as ph
+import pytest_harness.runtime.harness
+import pytest_harness.spec.loader
 from pytest_harness.errors import ArchiveError, HarnessError, SpecError
 from pytest_harness.recording.model import Recording
 
