@@ -1,4 +1,4 @@
-"""Property tests: the spec, script and recording loaders get only typed errors, whatever they read.
+"""Property tests: the spec, script, recording and archive loaders get only typed errors.
 
 Hypothesis feeds each loader arbitrary bytes, arbitrary text, YAML documents built from the
 loader's own vocabulary (so examples get past parsing into validation), and hostile YAML
@@ -176,6 +176,56 @@ documents = st.one_of(
 )
 
 
+ARCHIVE_MEMBERS = [
+    "manifest.json",
+    "records.jsonl",
+    "artifacts/" + "0" * 64,
+    "../evil",
+    "/abs",
+    "a\\b",
+    "dup",
+    "artifacts/x",
+]
+
+
+def zipped(members: list[tuple[str, bytes]], compress: bool) -> bytes:
+    import io
+    import warnings
+    import zipfile
+
+    buffer = io.BytesIO()
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with warnings.catch_warnings(), zipfile.ZipFile(buffer, "w", method) as archive:
+        warnings.simplefilter("ignore")  # duplicate member names are one of the hostile cases
+        for name, data in members:
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+json_bytes = vocabulary_docs.map(lambda text: text.encode("utf-8")) | st.sampled_from(
+    [
+        b'{"format": "pytest-harness/archive@1"}',
+        b'{"format": "pytest-harness/archive@9", "records": 1}',
+        b'{"a": 1, "a": 2}',
+        b"[1e999999]",
+        b'{"seq": 1, "kind": "run.started", "payload": {}}\n{"seq": 3}',
+    ]
+)
+archives = st.one_of(
+    st.binary(max_size=600),
+    st.builds(
+        zipped,
+        st.lists(
+            st.tuples(
+                st.sampled_from(ARCHIVE_MEMBERS) | st.text(min_size=1, max_size=12), json_bytes
+            ),
+            max_size=4,
+        ),
+        st.booleans(),
+    ),
+)
+
+
 def write(path: Path, doc: str | bytes) -> None:
     if isinstance(doc, bytes):
         path.write_bytes(doc)
@@ -197,7 +247,14 @@ LOADERS: dict[str, tuple[str, Callable[[Path], object], type[HarnessError]]] = {
         lambda folder: Recording.load(folder / "recording.yaml"),
         ArchiveError,
     ),
+    "archive": ("incident.hx", lambda folder: _archive(folder / "incident.hx"), ArchiveError),
 }
+
+
+def _archive(path: Path) -> object:
+    """Both readers of a `.hx`: playback (a malformed archive raises) and `Recording.load`."""
+    ph.playback(path)
+    return Recording.load(path)
 
 
 @pytest.mark.slow
@@ -213,7 +270,7 @@ def test_a_loader_gets_only_its_typed_error(loader: str, tmp_path: Path) -> None
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         database=None,
     )
-    @given(documents)
+    @given(archives if loader == "archive" else documents)
     def check(doc: str | bytes) -> None:
         tally["examples"] += 1
         write(tmp_path / name, doc)
