@@ -3,7 +3,8 @@
 A recorded app plants secrets everywhere a run keeps text: the input, a tool's arguments, the
 tool's result (credential keys in every casing, JSON inside a string), the approval's reason,
 the model's answer, and (in a second run) the error message. Each place that leaves the store
-is then read as a person or a tool would: the golden file, the `.yaml` export, `show`,
+is then read as a person or a tool would: the golden file, the `.yaml` export, the `.hx`
+archive exported with payloads (every member), `show`,
 `replay --json`, and the replay report (`to_dict()` and `render()`). No secret may appear in
 any of them, and each place must show the redaction marker (so it did show the field).
 
@@ -16,6 +17,7 @@ import json
 import sys
 import textwrap
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,8 +144,8 @@ def places(
 
     async def api() -> dict[str, str]:
         async with ph.load(spec) as harness:
-            golden = Recording.from_run(await harness.store.get_run(done))
-            golden_failed = Recording.from_run(await harness.store.get_run(failed))
+            golden = await Recording.from_store(harness.store, done)
+            golden_failed = await Recording.from_store(harness.store, failed)
             texts = {
                 "golden file": golden.save(tmp / "golden.yaml").read_text(encoding="utf-8")
                 + golden_failed.save(tmp / "golden-failed.yaml").read_text(encoding="utf-8"),
@@ -151,6 +153,13 @@ def places(
                     encoding="utf-8"
                 ),
             }
+            policy = ph.ExportPolicy(include_payloads=True)
+            archived = []
+            for run_id, name in ((done, "done.hx"), (failed, "failed.hx")):
+                path = await harness.export(run_id, tmp / name, policy=policy)
+                with zipfile.ZipFile(path) as archive:
+                    archived += [archive.read(m).decode("utf-8") for m in archive.namelist()]
+            texts["archive (.hx)"] = "\n".join(archived)
             report = await harness.replay(done)
             texts["report"] = json.dumps(report.to_dict()) + report.render()
             return texts
@@ -205,7 +214,7 @@ def test_a_redacted_golden_file_replays_the_same(app: Path, tmp_path: Path) -> N
 
     async def check() -> None:
         async with ph.load(app) as harness:
-            path = Recording.from_run(await harness.store.get_run(done)).save(tmp_path / "g.yaml")
+            path = (await Recording.from_store(harness.store, done)).save(tmp_path / "g.yaml")
             report = await harness.replay(path)
             assert report.same, report.render()
 
