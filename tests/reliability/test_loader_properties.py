@@ -198,7 +198,10 @@ def zipped(members: list[tuple[str, bytes]], compress: bool) -> bytes:
     with warnings.catch_warnings(), zipfile.ZipFile(buffer, "w", method) as archive:
         warnings.simplefilter("ignore")  # duplicate member names are one of the hostile cases
         for name, data in members:
-            archive.writestr(name, data)
+            try:
+                archive.writestr(name, data)
+            except (IndexError, ValueError):
+                continue  # a name zipfile reduces to nothing ("/", NUL): it cannot write it
     return buffer.getvalue()
 
 
