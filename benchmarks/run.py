@@ -334,7 +334,7 @@ async def replay_loop(spec: Path, runs: int) -> tuple[float, float]:
         started = time.perf_counter()
         ids = [(await harness.run(TASK, INPUT, principal=PRINCIPAL)).run_id for _ in range(runs)]
         recorded = time.perf_counter() - started
-        recordings = [ph.Recording.from_run(await harness.store.get_run(i)) for i in ids]
+        recordings = [await ph.Recording.from_store(harness.store, i) for i in ids]
         report = await harness.replay(recordings[0])  # warm-up
         started = time.perf_counter()
         for recording in recordings:
@@ -378,7 +378,7 @@ async def record_goldens(spec: Path, folder: Path, count: int) -> None:
         for i in range(count):
             result = await harness.run(TASK, INPUT, principal=PRINCIPAL)
             check_result(result)
-            recording = ph.Recording.from_run(await harness.store.get_run(result.run_id))
+            recording = await ph.Recording.from_store(harness.store, result.run_id)
             recording.save(folder / f"run-{i:04d}.yaml")
 
 
