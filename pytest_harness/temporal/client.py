@@ -38,6 +38,7 @@ from pytest_harness.errors import (
     UnknownExecutionKey,
     UnknownRun,
 )
+from pytest_harness.models.base import Message
 from pytest_harness.recording.model import Recording
 from pytest_harness.runtime.harness import _UNSET, Harness, RunHandle, _moot
 from pytest_harness.runtime.journal import draft
@@ -121,6 +122,7 @@ class TemporalHarness(Harness):
             run_id = f"run_{uuid.uuid5(uuid.NAMESPACE_URL, idempotency_key).hex}"
         else:
             run_id = f"run_{uuid.uuid4().hex}"
+        history = [] if session_id is None else await self._session_history(session_id)
         now = time.time()
         tenant_ = tenant if tenant is not None else who.tenant
         merged = {**plan.spec.labels, **(labels or {})}
@@ -135,7 +137,7 @@ class TemporalHarness(Harness):
                 "idempotency_key": idempotency_key,
                 "spec": self.spec.document.name,
                 "spec_digest": self.spec.digest,
-                "history": [],
+                "history": list(history),
                 # kept once: every request of the run has this prompt and these schemas
                 "system": plan.spec.prompt,
                 "tool_schemas": [
@@ -165,7 +167,7 @@ class TemporalHarness(Harness):
         conf = {
             "spec_digest": self.spec.digest,
             "lease": self.spec.document.state.lease,
-            "history": [],
+            "history": history,
         }
         execution = self.spec.document.execution
         try:
@@ -174,7 +176,11 @@ class TemporalHarness(Harness):
                 {"snapshot": snapshot, "conf": conf},
                 id=run_id,
                 task_queue=execution.task_queue,
-                memo={"spec": self.spec.document.name, "task": task},
+                memo={
+                    "spec": self.spec.document.name,
+                    "task": task,
+                    "session": snapshot["session_id"],
+                },
                 # a run id is never reused, even once its run ended (idempotency keys rely on it)
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
@@ -186,6 +192,24 @@ class TemporalHarness(Harness):
         self._background.add(job)
         job.add_done_callback(self._background.discard)
         return RunHandle(run_id, str(snapshot["session_id"]), job, self)
+
+    async def _session_history(self, session_id: str) -> list[Message]:
+        """The messages of the session's completed runs on this task queue, oldest first."""
+        assert self._client is not None
+        queue = self.spec.document.execution.task_queue
+        query = (
+            f"WorkflowType = 'HarnessRun' AND TaskQueue = '{queue}' "
+            "AND ExecutionStatus = 'Completed'"
+        )
+        earlier: list[dict[str, Any]] = []
+        async for wf in self._client.list_workflows(query):
+            if (await wf.memo()).get("session") != session_id:
+                continue
+            snap: dict[str, Any] = await self._client.get_workflow_handle(wf.id).result()
+            if snap["status"] == RunStatus.COMPLETED.value:
+                earlier.append(snap)
+        earlier.sort(key=lambda snap: float(snap["created_at"]))
+        return [m for snap in earlier for m in snap["state"].get("messages") or ()]
 
     async def run(
         self,

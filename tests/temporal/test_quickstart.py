@@ -71,3 +71,31 @@ async def test_deadline_is_paused_while_the_run_waits_for_approval(
     finally:
         worker.stop()
     assert done.status is ph.RunStatus.COMPLETED, (done.limit, done.error)
+
+
+async def test_a_session_carries_the_conversation_of_its_completed_runs(
+    tmp_path: Path, temporal_server: str
+) -> None:
+    spec = make_spec(tmp_path, temporal_server)
+    worker = WorkerProcess(spec)
+    try:
+        async with ph.load(spec) as harness:
+            first = await harness.run("small_refunds", "refund A-1", principal="ann")
+            assert first.ok, first.error
+            for _ in range(50):  # Temporal's visibility lists an ended run a moment later
+                if await harness.runs(status="completed"):
+                    break
+                await asyncio.sleep(0.1)
+            second = await harness.run(
+                "small_refunds", "and A-2?", principal="ann", session_id=first.session_id
+            )
+            alone = await harness.run("small_refunds", "refund A-3", principal="ann")
+            recorded = await harness.recording(second.run_id)
+            fresh = await harness.recording(alone.run_id)
+    finally:
+        worker.stop()
+    assert second.session_id == first.session_id
+    contents = [m.get("content") for m in recorded.history]
+    assert contents[0] == "refund A-1"
+    assert contents[-1] == "Refunded."
+    assert fresh.history == ()
