@@ -95,6 +95,19 @@ def _approval(snapshot: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
     _check_binding(row, record)
 
 
-def check_resolution(snapshot: Mapping[str, Any], key: str) -> None:
-    """Refuse a resolution the local `Harness.resolve` would refuse."""
-    _refusing(lambda: _check_resolvable(record_of(snapshot), key))
+def check_resolution(snapshot: Mapping[str, Any], key: str, *, busy: bool = False) -> None:
+    """Refuse a resolution the local `Harness.resolve` would refuse.
+
+    `busy`: another answer is being applied (a racing resolver's): this one is refused, as a
+    second resolution is locally.
+    """
+    _refusing(lambda: _resolvable(snapshot, key, busy))
+
+
+def _resolvable(snapshot: Mapping[str, Any], key: str, busy: bool) -> None:
+    _check_resolvable(record_of(snapshot), key)
+    if busy:
+        raise ResolutionError(
+            f"run {snapshot['run_id']} is already going on with another answer; tool call "
+            f"{key} can no longer be resolved by this one"
+        )

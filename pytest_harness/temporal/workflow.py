@@ -42,6 +42,8 @@ class HarnessRun:
         self.snap: dict[str, Any] = dict(start["snapshot"])
         self.conf: dict[str, Any] = dict(start["conf"])
         self.next: dict[str, Any] | None = {"op": "drive"}
+        self.active = False
+        """A step or tool activity is under way (the snapshot is about to change)."""
         self.settled = 0
         """How often the run has come to rest (ended or suspended): updates wait on it."""
 
@@ -53,7 +55,11 @@ class HarnessRun:
                 await workflow.wait_condition(lambda: self.next is not None)
             op, self.next = self.next, None
             assert op is not None
-            await self._step(op)
+            self.active = True
+            try:
+                await self._step(op)
+            finally:
+                self.active = False
             if self.snap["status"] != "running" and self.next is None:
                 self.settled += 1
         self.settled += 1
@@ -200,11 +206,13 @@ class HarnessRun:
     @workflow.update(name="resolve")
     async def resolve(self, how: dict[str, Any]) -> dict[str, Any]:
         """Settle an uncertain call, then go on; the result once the run rests again."""
+        # a racing resolver validated in the same workflow task as this one is refused here
+        checks.check_resolution(self.snap, how["key"], busy=self.active or self.next is not None)
         return await self._resume({"op": "resolve", **how})
 
     @resolve.validator
     def _check_resolve(self, how: dict[str, Any]) -> None:
-        checks.check_resolution(self.snap, how["key"])
+        checks.check_resolution(self.snap, how["key"], busy=self.active or self.next is not None)
 
     @workflow.update(name="resume")
     async def resume(self) -> dict[str, Any]:

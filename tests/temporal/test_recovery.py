@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -70,11 +71,15 @@ async def test_lost_manual_calls_become_uncertain_and_resolve_finishes_the_runs(
                 await harness.resolve(run_a, keys[0])
             with pytest.raises(ph.UnknownExecutionKey):
                 await harness.resolve(run_a, "exk_nope", abort=True)
-            by_hand = await harness.resolve(
-                run_a, keys[0], result="charged (checked by hand)", resolver="ops"
+            # two operators at once: one resolution is applied, the other refused
+            answers = await asyncio.gather(
+                harness.resolve(run_a, keys[0], result="charged (checked by hand)", resolver="ops"),
+                harness.resolve(run_a, keys[0], abort=True, resolver="bob"),
+                return_exceptions=True,
             )
-            with pytest.raises(ph.ResolutionError):
-                await harness.resolve(run_a, keys[0], abort=True)
+            refused = [a for a in answers if isinstance(a, ph.ResolutionError)]
+            (by_hand,) = [a for a in answers if isinstance(a, ph.RunResult)]
+            assert len(refused) == 1, answers
             retried = await harness.resolve(run_b, keys[1], retry=True, resolver="ops")
     finally:
         first.stop()
@@ -83,6 +88,8 @@ async def test_lost_manual_calls_become_uncertain_and_resolve_finishes_the_runs(
     for done in (by_hand, retried):
         assert done.status is ph.RunStatus.COMPLETED, done.error
         assert done.output == "Charged."
+    (resolved,) = [d for d in by_hand.trace if d.kind == "tool"]
+    assert resolved.detail["outcome"] in ("resolved", "aborted")
     calls = _calls(tmp_path)
     # run a: never invoked again; run b: invoked again with the same key, attempt 2
     assert sorted((c[1], c[2]) for c in calls) == sorted(
