@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_harness.errors import (
     ApprovalDenied,
     ArchiveError,
+    ExecutionError,
     HarnessError,
     LiveModelBlocked,
     ModelError,
@@ -86,6 +87,7 @@ __all__ = [
     "Call",
     "Decision",
     "Event",
+    "ExecutionError",
     "ExportPolicy",
     "GradeInput",
     "Harness",
@@ -132,6 +134,7 @@ __all__ = [
     "load",
     "open_store",
     "playback",
+    "temporal",
     "testing",
     "verify_archive",
 ]
@@ -170,7 +173,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name == "testing":  # the pytest helpers, a submodule imported on first use
+    if name in ("testing", "temporal"):  # submodules imported on first use
         import importlib
 
         return importlib.import_module("pytest_harness.testing")

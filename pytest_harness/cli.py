@@ -296,7 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
             "(once their lease expired) and runs whose approvals were answered but never "
             "resumed. Runs until SIGTERM or SIGINT, then lets each run reach its next "
             "boundary, releases its lease and exits 0. Logs one JSON line per event on stderr. "
-            "Needs a store processes share (sqlite, postgres).",
+            "Needs a store processes share (sqlite, postgres). With execution.use: temporal, "
+            "it hosts the spec's runs on its Temporal task queue instead (workflows, model and "
+            "tool activities), as <name>@<spec digest>: a run started for another digest ends "
+            "failed naming both, unless that digest is given with --accept.",
         ),
         spec_and_env,
     )

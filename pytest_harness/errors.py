@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ApprovalDenied",
     "ArchiveError",
+    "ExecutionError",
     "HarnessError",
     "LiveModelBlocked",
     "ModelError",
@@ -233,6 +234,14 @@ class StoreError(HarnessError):
     def __init__(self, message: str, *, stale: bool = False) -> None:
         self.stale = stale
         super().__init__(message)
+
+
+class ExecutionError(HarnessError):
+    """Runs cannot execute where the spec's `execution:` says (DESIGN §14).
+
+    A Temporal server that cannot be reached, a missing `pytest-harness[temporal]` extra, a
+    workflow that was ended outside pytest-harness.
+    """
 
 
 class ArchiveError(HarnessError):

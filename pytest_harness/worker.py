@@ -249,10 +249,21 @@ def add_worker_command(
     parser.add_argument(
         "--exit-when-idle", action="store_true", help="exit when there is nothing to claim"
     )
+    parser.add_argument(
+        "--accept",
+        metavar="DIGEST",
+        action="append",
+        default=[],
+        help="execution.use: temporal: also drive runs started for this spec digest (repeatable)",
+    )
 
 
 async def run_worker(harness: Harness, args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT; the exit code (0)."""
+    if harness.spec.document.execution.use == "temporal":
+        from pytest_harness.temporal.worker import serve
+
+        return await serve(harness, accept=args.accept)
     worker = Worker(
         harness,
         concurrency=args.concurrency,

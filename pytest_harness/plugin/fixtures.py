@@ -404,8 +404,6 @@ async def _recordings(harness: Harness, *, recorded: bool) -> list[Recording | N
 
     A run still running is left out; with `recorded` false only the count matters (None each).
     """
-    from pytest_harness.recording.model import Recording
-
     summaries = list(reversed(await harness.runs(limit=1_000_000)))
     out: list[Recording | None] = []
     for summary in summaries:
@@ -414,7 +412,7 @@ async def _recordings(harness: Harness, *, recorded: bool) -> list[Recording | N
         if not recorded:
             out.append(None)
             continue
-        recording = await Recording.from_store(harness.store, summary.run_id)
+        recording = await harness.recording(summary.run_id)
         if harness.evals is not None:  # golden files keep the grades of the online evals
             from pytest_harness.evals.replay import with_grades
 

@@ -51,7 +51,7 @@ async def load_source(harness: Harness, source: str | os.PathLike[str] | Recordi
     text = os.fspath(source)
     if text.startswith("run_") and not Path(text).exists():
         # what leaves the store is redacted, the same way as a golden file
-        return (await Recording.from_store(harness.store, text)).redacted()
+        return (await harness.recording(text)).redacted()
     return Recording.load(Path(text))
 
 

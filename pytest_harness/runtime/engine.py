@@ -66,7 +66,7 @@ from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.guards import GuardContext, apply_guards
 from pytest_harness.runtime.journal import Journal, write_with_retries
-from pytest_harness.runtime.plan import ModelLink, TaskPlan
+from pytest_harness.runtime.plan import ModelLink, PlanTool, TaskPlan
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.retrying import (
@@ -104,7 +104,7 @@ _UNSET: Any = object()
 PARTS = ("system", "tools", "messages")
 """The parts of a model request a recording keeps a digest of."""
 
-__all__ = ["DriveStopped", "Driver", "approval_id", "args_digest", "execution_key"]
+__all__ = ["DriveStopped", "Driver", "ToolHandoff", "approval_id", "args_digest", "execution_key"]
 
 
 def execution_key(run_id: str, step: int, index: int) -> str:
@@ -158,6 +158,18 @@ _UNKNOWN_CHARGE = frozenset({"server", "timeout", "malformed"})
 
 def _retryable(error: BaseException) -> bool:
     return isinstance(error, ModelError) and error.retryable
+
+
+class ToolHandoff(Exception):
+    """Raised by a driver's `_call_tool` to stop the drive at a committed tool dispatch.
+
+    `drive()` lets it through (the run is neither ended nor failed): whoever drives the run
+    invokes the call elsewhere and drives again with its outcome.
+    """
+
+    def __init__(self, call: Mapping[str, Any]) -> None:
+        super().__init__(f"tool call {call.get('key')} ({call.get('name')}) handed off")
+        self.call = dict(call)
 
 
 class _Deadline(Exception):
@@ -289,7 +301,14 @@ class Driver:
             renewer = asyncio.create_task(self._renew_lease())
         try:
             return await self._loop()
-        except (StoreError, RecordingError, ReplayDiverged, DriveStopped, asyncio.CancelledError):
+        except (
+            StoreError,
+            RecordingError,
+            ReplayDiverged,
+            DriveStopped,
+            ToolHandoff,
+            asyncio.CancelledError,
+        ):
             raise
         except Exception as exc:  # a bug in a plugin or in user code outside a tool
             error = {"type": type(exc).__name__, "message": str(exc)}
@@ -883,7 +902,7 @@ class Driver:
             principal=self.principal,
             attempt=call["attempt"],
         )
-        outcome = await tool.invoke(call["args"], context, overall_timeout=self._remaining())
+        outcome = await self._call_tool(tool, call, context)
         if self.journal.recording:
             for artifact in outcome.artifacts:
                 await self.ctx.store.put_artifact(
@@ -932,6 +951,16 @@ class Driver:
         stopping = self.ctx.stopping
         if stopping is not None and stopping():
             raise DriveStopped(self.record.run_id)
+
+    async def _call_tool(
+        self, tool: PlanTool, call: dict[str, Any], context: ToolContext
+    ) -> ToolOutcome:
+        """Invoke a dispatched call (its dispatch is committed) and return its outcome.
+
+        The seam of Temporal execution (`pytest_harness.temporal`): its driver raises
+        `ToolHandoff` here, and the call runs as an activity instead.
+        """
+        return await tool.invoke(call["args"], context, overall_timeout=self._remaining())
 
     def _settle(self, call: dict[str, Any], outcome: str, text: str) -> None:
         """Give a call that will not run its outcome (denied, declined, unknown tool)."""

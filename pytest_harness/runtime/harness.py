@@ -112,7 +112,25 @@ def load(
         from pytest_harness.evals.online import OnlineEvals
 
         evals = OnlineEvals(spec, plans, made)
+    if spec.document.execution.use == "temporal":
+        return _temporal(spec, plans, made, evals, record)
     return Harness(spec, plans, made, evals=evals, record=record)
+
+
+def _temporal(
+    spec: Spec, plans: Plans, store: Store, evals: EndedRuns | None, record: bool | None
+) -> Harness:
+    """The seam to Temporal execution (DESIGN §14): imported only when the spec asks for it."""
+    from pytest_harness.errors import ExecutionError
+
+    try:
+        from pytest_harness.temporal.client import TemporalHarness
+    except ImportError as exc:
+        raise ExecutionError(
+            f"{spec.path} execution.use: temporal needs the Temporal SDK: "
+            f"pip install 'pytest-harness[temporal]' ({exc})"
+        ) from None
+    return TemporalHarness(spec, plans, store, evals=evals, record=record)
 
 
 def _make_store(spec: Spec, store: Store | str | None) -> Store:
@@ -603,6 +621,17 @@ class Harness:
         except RunBusy:  # a worker took it meanwhile: it acts on the request itself
             return await self.result(run_id)
 
+    async def recording(self, run_id: str) -> Recording:
+        """The recording of a recorded run, from its journal where the run executes.
+
+        The store's journal; on Temporal, the journal the run's workflow holds.
+        `HarnessError` when the run was not recorded.
+        """
+        from pytest_harness.recording.model import Recording
+
+        await self._open()
+        return await Recording.from_store(self.store, run_id)
+
     async def replay(
         self, source: str | os.PathLike[str] | Recording, *, tools: str | None = None
     ) -> ReplayReport:
@@ -637,7 +666,6 @@ class Harness:
         exceed.
         """
         from pytest_harness.errors import ArchiveError
-        from pytest_harness.recording.model import Recording
 
         path = Path(dest)
         await self._open()
@@ -652,7 +680,7 @@ class Harness:
                 "archive) or .yaml (a golden recording)"
             )
         await self._open()
-        recording = await Recording.from_store(self.store, run_id)
+        recording = await self.recording(run_id)
         if self.evals is not None:  # a recording keeps the grades of the online evals
             from pytest_harness.evals.replay import with_grades
 

@@ -256,6 +256,16 @@ class StateSpec(_Strict):
     busy_timeout: Duration = 5.0
 
 
+class ExecutionSpec(_Strict):
+    """Where runs execute (DESIGN §14): the built-in loop over the store, or Temporal."""
+
+    use: Literal["local", "temporal"] = "local"
+    address: str = "127.0.0.1:7233"
+    """`temporal`: the frontend's `host:port`."""
+    namespace: str = "default"
+    task_queue: str = "pytest-harness"
+
+
 class GraderTarget(str, Enum):
     """What a grader looks at: the run's output, or its trace rendered as text."""
 
@@ -323,6 +333,7 @@ class SpecDocument(_Strict):
     guards: tuple[GuardSpec, ...] = ()
     tasks: dict[str, TaskSpec]
     state: StateSpec = StateSpec()
+    execution: ExecutionSpec = ExecutionSpec()
     evals: EvalsSpec = EvalsSpec()
     environments: dict[str, dict[str, Any]] = {}
     baseline: str | None = None

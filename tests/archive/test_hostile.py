@@ -238,7 +238,9 @@ NAMES = st.sampled_from(
         "artifacts/",
         "records.jsonl",
     ]
-) | st.text(min_size=1, max_size=20)
+) | st.text(min_size=1, max_size=20).filter(lambda name: name.split("\x00")[0] != "")
+# (zipfile cuts a name at its first NUL, and an empty name cannot be written: such names are
+# built by hand in the corpus above)
 
 
 def _checked(data: bytes) -> None:

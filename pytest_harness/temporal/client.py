@@ -1,0 +1,511 @@
+"""`TemporalHarness`: the `Harness` API over runs that execute as `HarnessRun` workflows.
+
+`pytest_harness.load()` returns one when the spec says `execution: {use: temporal}`. Starting a
+run starts a workflow whose id is the run id; `result`, `runs` and `stream` read the workflows;
+`approve`, `resolve`, `resume`, `pause` and `cancel` are updates (a refused one is rejected by the
+workflow's validator and raises the same error as locally). The spec's store still
+holds what Temporal does not (online eval samples).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from pytest_harness.errors import (
+    ApprovalDenied,
+    ArchiveError,
+    ExecutionError,
+    HarnessError,
+    RecordingError,
+    ResolutionError,
+    UnknownExecutionKey,
+    UnknownRun,
+)
+from pytest_harness.models.base import Message
+from pytest_harness.recording.model import Recording
+from pytest_harness.runtime.harness import _UNSET, Harness, RunHandle, _moot
+from pytest_harness.runtime.journal import draft
+from pytest_harness.runtime.principal import Principal, as_principal
+from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
+from pytest_harness.runtime.state import RunState, result_from_state
+from pytest_harness.spec.spec import Spec
+from pytest_harness.store.base import Event, parse_cursor
+from pytest_harness.temporal.segment import approval_rows, journal_dict, record_of
+
+if TYPE_CHECKING:
+    from pytest_harness.archive import ExportPolicy
+
+__all__ = ["TemporalHarness", "connect"]
+
+_CONNECT_TIMEOUT = 10.0
+
+
+async def connect(spec: Spec) -> Client:
+    """A client of the spec's Temporal server; `ExecutionError` naming it when unreachable."""
+    execution = spec.document.execution
+    try:
+        async with asyncio.timeout(_CONNECT_TIMEOUT):
+            return await Client.connect(execution.address, namespace=execution.namespace)
+    except (RuntimeError, TimeoutError, RPCError) as exc:
+        raise ExecutionError(
+            f"{spec.path} execution.address: cannot reach the Temporal server at "
+            f"{execution.address} (namespace {execution.namespace!r}): "
+            f"{str(exc) or type(exc).__name__}; start one (`temporal server start-dev`) or "
+            "fix the address"
+        ) from None
+
+
+_REFUSALS: dict[str, type[HarnessError]] = {
+    "ApprovalDenied": ApprovalDenied,
+    "ResolutionError": ResolutionError,
+}
+
+
+class TemporalHarness(Harness):
+    """A `Harness` whose runs execute on Temporal (DESIGN §14). Every method is async."""
+
+    _client: Client | None = None
+
+    async def _open(self) -> None:
+        await super()._open()
+        if self._client is None:
+            self._client = await connect(self.spec)
+
+    async def _handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
+        await self._open()
+        assert self._client is not None
+        return self._client.get_workflow_handle(run_id)
+
+    # -- starting -----------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        task: str,
+        input: str,
+        *,
+        principal: Principal | str,
+        tenant: str | None = None,
+        session_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> RunHandle:
+        """Start the run's `HarnessRun` workflow (id: the run id) and return a handle at once.
+
+        With `idempotency_key`, the run id is derived from it, so a second submit with the same
+        key returns the first run.
+        """
+        plan = self._plan(task)
+        if not isinstance(input, str):
+            raise TypeError(f"input must be a string, got {type(input).__name__}")
+        who = as_principal(principal)
+        plan.check_live()
+        await self._open()
+        assert self._client is not None
+        if idempotency_key is not None:
+            run_id = f"run_{uuid.uuid5(uuid.NAMESPACE_URL, idempotency_key).hex}"
+        else:
+            run_id = f"run_{uuid.uuid4().hex}"
+        history = [] if session_id is None else await self._session_history(session_id)
+        now = time.time()
+        tenant_ = tenant if tenant is not None else who.tenant
+        merged = {**plan.spec.labels, **(labels or {})}
+        journal = []
+        if self.record:
+            started = {
+                "task": task,
+                "input": input,
+                "principal": who.to_dict(),
+                "tenant": tenant_,
+                "labels": merged,
+                "idempotency_key": idempotency_key,
+                "spec": self.spec.document.name,
+                "spec_digest": self.spec.digest,
+                "history": list(history),
+                # kept once: every request of the run has this prompt and these schemas
+                "system": plan.spec.prompt,
+                "tool_schemas": [
+                    {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+                    for t in plan.schemas
+                ],
+            }
+            journal.append({**journal_dict(draft("run.started", started, step=0)), "seq": 1})
+        snapshot = {
+            "run_id": run_id,
+            "session_id": session_id or f"ses_{uuid.uuid4().hex}",
+            "task": task,
+            "tenant": tenant_,
+            "principal": who.to_dict(),
+            "input": input,
+            "labels": merged,
+            "record": self.record,
+            "journal": journal,
+            "status": RunStatus.RUNNING.value,
+            "state": RunState().to_dict(),
+            "control": None,
+            "approvals": [],
+            "events": [{"type": "run_started", "data": {"task": task}}],
+            "created_at": now,
+            "updated_at": now,
+        }
+        conf = {
+            "spec_digest": self.spec.digest,
+            "lease": self.spec.document.state.lease,
+            "history": history,
+        }
+        execution = self.spec.document.execution
+        try:
+            await self._client.start_workflow(
+                "HarnessRun",
+                {"snapshot": snapshot, "conf": conf},
+                id=run_id,
+                task_queue=execution.task_queue,
+                memo={
+                    "spec": self.spec.document.name,
+                    "task": task,
+                    "session": snapshot["session_id"],
+                },
+                # a run id is never reused, even once its run ended (idempotency keys rely on it)
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
+        except WorkflowAlreadyStartedError:  # the idempotency key's run, as it is
+            snapshot = await self._snapshot(run_id)
+        except RPCError as exc:
+            raise ExecutionError(f"cannot start run {run_id} on Temporal: {exc}") from None
+        job = asyncio.ensure_future(self._rested(run_id))
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+        return RunHandle(run_id, str(snapshot["session_id"]), job, self)
+
+    async def _session_history(self, session_id: str) -> list[Message]:
+        """The messages of the session's completed runs on this task queue, oldest first."""
+        assert self._client is not None
+        queue = self.spec.document.execution.task_queue
+        query = (
+            f"WorkflowType = 'HarnessRun' AND TaskQueue = '{queue}' "
+            "AND ExecutionStatus = 'Completed'"
+        )
+        earlier: list[dict[str, Any]] = []
+        async for wf in self._client.list_workflows(query):
+            if (await wf.memo()).get("session") != session_id:
+                continue
+            snap: dict[str, Any] = await self._client.get_workflow_handle(wf.id).result()
+            if snap["status"] == RunStatus.COMPLETED.value:
+                earlier.append(snap)
+        earlier.sort(key=lambda snap: float(snap["created_at"]))
+        return [m for snap in earlier for m in snap["state"].get("messages") or ()]
+
+    async def run(
+        self,
+        task: str,
+        input: str,
+        *,
+        principal: Principal | str,
+        tenant: str | None = None,
+        session_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> RunResult:
+        """Start the run's workflow and return its result once it ends or suspends."""
+        handle = await self.submit(
+            task,
+            input,
+            principal=principal,
+            tenant=tenant,
+            session_id=session_id,
+            labels=labels,
+            idempotency_key=idempotency_key,
+        )
+        return await handle.result()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def _snapshot(self, run_id: str, *, rested: bool = False) -> dict[str, Any]:
+        """The workflow's snapshot of the run (with `rested`, once it ends or suspends)."""
+        handle = await self._handle(run_id)
+        try:
+            if rested:
+                try:
+                    snap: dict[str, Any] = await handle.execute_update("wait", result_type=dict)
+                    return snap
+                except RPCError as exc:
+                    if exc.status is RPCStatusCode.NOT_FOUND and "completed" not in str(exc):
+                        raise
+            desc = await handle.describe()
+            if desc.status is WorkflowExecutionStatus.COMPLETED:
+                done: dict[str, Any] = await handle.result()
+                return done
+            if desc.status is WorkflowExecutionStatus.FAILED:
+                try:
+                    await handle.result()
+                except WorkflowFailureError as exc:
+                    raise ExecutionError(
+                        f"run {run_id}: its workflow failed on a worker: {exc.cause}; when this "
+                        "is a NondeterminismError, the workflow code changed while the run was "
+                        "under way and its history no longer replays: run the old code's "
+                        "worker until its runs end"
+                    ) from None
+            if desc.status is not WorkflowExecutionStatus.RUNNING:
+                raise ExecutionError(
+                    f"run {run_id}: its workflow is {desc.status.name if desc.status else '?'}; "
+                    "it was ended outside pytest-harness (temporal workflow terminate?)"
+                )
+            queried: dict[str, Any] = await handle.query("snapshot", result_type=dict)
+            return queried
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                raise UnknownRun(run_id) from None
+            raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
+
+    async def _rested(self, run_id: str) -> RunResult:
+        return _result(await self._snapshot(run_id, rested=True))
+
+    async def result(self, run_id: str) -> RunResult:
+        """The run's result as its workflow holds it now."""
+        return _result(await self._snapshot(run_id))
+
+    async def recording(self, run_id: str) -> Recording:
+        """The recording of a recorded run, from the journal its workflow holds."""
+        snap = await self._snapshot(run_id)
+        if not snap.get("record"):
+            raise HarnessError(
+                f"run {run_id} was not recorded: start runs with state.record: true "
+                "(or load(..., record=True)) to replay them"
+            )
+        return Recording.from_journal(snap.get("journal") or (), record=record_of(snap))
+
+    async def export(
+        self,
+        run_id: str,
+        dest: str | os.PathLike[str],
+        *,
+        policy: ExportPolicy | None = None,
+    ) -> Path:
+        """Write a recorded run as a golden recording (`.yaml`); `.hx` archives are refused."""
+        path = Path(dest)
+        if path.suffix == ".hx":
+            raise ArchiveError(
+                f"cannot export run {run_id} to {path}: .hx incident archives are read from a "
+                "store's journal and artifacts, and this run executes on Temporal; export a "
+                ".yaml recording"
+            )
+        return await super().export(run_id, dest, policy=policy)
+
+    async def runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        task: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[RunSummary]:
+        """The runs of this spec in the namespace, newest first."""
+        await self._open()
+        assert self._client is not None
+        wanted = RunStatus.parse(status).value if status is not None else None
+        found: list[RunSummary] = []
+        queue = self.spec.document.execution.task_queue
+        query = f"WorkflowType = 'HarnessRun' AND TaskQueue = '{queue}'"
+        async for wf in self._client.list_workflows(query):
+            memo = await wf.memo()
+            if memo.get("spec") != self.spec.document.name:
+                continue
+            if task is not None and memo.get("task") != task:
+                continue
+            snap = await self._snapshot(wf.id)
+            if (wanted is not None and snap["status"] != wanted) or (
+                tenant is not None and snap.get("tenant") != tenant
+            ):
+                continue
+            found.append(
+                RunSummary(
+                    run_id=snap["run_id"],
+                    session_id=snap["session_id"],
+                    task=snap["task"],
+                    status=RunStatus(snap["status"]),
+                    tenant=snap.get("tenant"),
+                    principal=str(snap["principal"].get("id")),
+                    created_at=float(snap["created_at"]),
+                    updated_at=float(snap["updated_at"]),
+                )
+            )
+            if len(found) >= limit:
+                break
+        found.sort(key=lambda s: s.created_at, reverse=True)
+        return found
+
+    def stream(self, run_id: str, *, after: str = "0") -> AsyncIterator[Event]:
+        """The run's events after the cursor `after`, then new ones until it ends or waits.
+
+        Read from the workflow (polled every 0.2 s); the cursor is the event's position.
+        """
+        start = parse_cursor(after)
+        return self._follow(run_id, start)
+
+    async def _follow(self, run_id: str, start: int) -> AsyncIterator[Event]:
+        seen = start
+        while True:
+            snap = await self._snapshot(run_id)
+            events = snap.get("events") or []
+            for index in range(seen, len(events)):
+                event = events[index]
+                yield Event(
+                    run_id=run_id,
+                    cursor=str(index + 1),
+                    kind=event["type"],
+                    data=event["data"],
+                    at=float(snap["updated_at"]),
+                )
+            seen = max(seen, len(events))
+            if snap["status"] != RunStatus.RUNNING.value:
+                return
+            await asyncio.sleep(0.2)
+
+    # -- answering ----------------------------------------------------------------------------
+
+    async def _update(self, run_id: str, name: str, arg: Any = None) -> RunResult:
+        handle = await self._handle(run_id)
+        try:
+            if arg is None:
+                snap = await handle.execute_update(name, result_type=dict)
+            else:
+                snap = await handle.execute_update(name, arg, result_type=dict)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError):
+                error = _REFUSALS.get(cause.type or "")
+                if error is not None:
+                    raise error(cause.message) from None
+                if cause.type == "UnknownExecutionKey" and isinstance(arg, dict):
+                    raise UnknownExecutionKey(run_id, str(arg.get("key"))) from None
+            raise ExecutionError(f"run {run_id}: {name} failed: {cause or exc}") from None
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                # no such run (UnknownRun), a workflow that failed (ExecutionError), or one
+                # that ended meanwhile
+                ended = await self._snapshot(run_id)
+                raise ResolutionError(
+                    f"run {run_id} is {ended['status']}; its {name} can no longer be changed"
+                ) from None
+            raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
+        return _result(snap)
+
+    async def approve(
+        self,
+        run_id: str,
+        approval_id: str,
+        decision: Literal["approve", "decline"],
+        *,
+        approver: Principal | str,
+        reason: str | None = None,
+    ) -> RunResult:
+        """Answer an approval (the workflow's `approve` update, validated like locally)."""
+        who = as_principal(approver)
+        answer = {
+            "approval_id": approval_id,
+            "decision": decision,
+            "approver": who.to_dict(),
+            "reason": reason,
+        }
+        return await self._update(run_id, "approve", answer)
+
+    async def resolve(
+        self,
+        run_id: str,
+        execution_key: str,
+        *,
+        result: Any = _UNSET,
+        retry: bool = False,
+        abort: bool = False,
+        resolver: Principal | str | None = None,
+    ) -> RunResult:
+        """Settle an uncertain call (the workflow's `resolve` update), then continue the run."""
+        given = [
+            name
+            for name, on in (("result", result is not _UNSET), ("retry", retry), ("abort", abort))
+            if on
+        ]
+        if len(given) != 1:
+            what = " and ".join(f"{g}=" for g in given) if given else "none of them"
+            raise ResolutionError(
+                f"resolve() takes exactly one of result=..., retry=True or abort=True; got "
+                f"{what} (run {run_id}, execution key {execution_key})"
+            )
+        by = None if resolver is None else as_principal(resolver).id
+        how = {
+            "key": execution_key,
+            "how": given[0],
+            "value": None if result is _UNSET else result,
+            "by": by,
+        }
+        return await self._update(run_id, "resolve", how)
+
+    async def resume(self, run_id: str, *, record: bool | None = None) -> RunResult:
+        """Continue a paused run; any other run is returned as it is.
+
+        `record` given must be the run's own setting (`RecordingError` otherwise).
+        """
+        snap = await self._snapshot(run_id)
+        if record is not None and bool(record) != bool(snap.get("record")):
+            raise RecordingError(
+                f"run {run_id} {'records' if snap.get('record') else 'was not recorded'}; "
+                f"resume(record={record}) conflicts with the setting it started with"
+            )
+        if snap["status"] != RunStatus.PAUSED.value:
+            return _result(snap)
+        return await self._update(run_id, "resume")
+
+    async def pause(self, run_id: str) -> RunResult:
+        """Ask the run to pause (an update); an ended run is returned as it is.
+
+        A waiting run pauses at once; a driven one at its next boundary.
+        """
+        return await self._control(run_id, "pause")
+
+    async def cancel(self, run_id: str) -> RunResult:
+        """Ask the run to stop for good (an update; a waiting run is cancelled at once)."""
+        return await self._control(run_id, "cancel")
+
+    async def _control(self, run_id: str, what: str) -> RunResult:
+        snap = await self._snapshot(run_id)
+        if RunStatus(snap["status"]).ended:
+            return _result(snap)
+        return await self._update(run_id, "control", what)
+
+    async def recover(self) -> list[RunResult]:
+        """Nothing to do: Temporal resumes the runs of a worker that stopped."""
+        return []
+
+    async def aclose(self) -> None:
+        """Wait for submitted runs' handles, then close the store (the client needs no close)."""
+        await super().aclose()
+
+
+def _result(snap: Mapping[str, Any]) -> RunResult:
+    rows = approval_rows(snap)
+    answered = frozenset(r.approval_id for r in rows if r.status != "pending") | _moot(rows)
+    return result_from_state(
+        run_id=snap["run_id"],
+        session_id=snap["session_id"],
+        task=snap["task"],
+        status=snap["status"],
+        state=snap["state"],
+        labels=snap.get("labels") or {},
+        answered=answered,
+    )

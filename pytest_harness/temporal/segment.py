@@ -1,0 +1,261 @@
+"""One stretch of a run's loop, driven inside an activity from the state the workflow holds.
+
+The workflow keeps the run (its record, state and approval requests) and asks an activity to
+drive it with the built-in engine (`runtime.engine.Driver`) from that state until the next
+boundary the workflow must act on: a tool call to dispatch (`ToolHandoff`: the call becomes its
+own activity), a suspension, or the end. The engine's commits go to `_Capture`, which keeps
+them for the workflow instead of writing a store, so the decision logic (rules, guards, budgets,
+CEL, approvals, recovery of interrupted calls) is exactly the local one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from pytest_harness.models.base import Message
+from pytest_harness.runtime.engine import DriveContext, Driver, ToolHandoff
+from pytest_harness.runtime.plan import PlanTool, TaskPlan
+from pytest_harness.runtime.results import RunStatus
+from pytest_harness.store.base import (
+    JOURNAL_FORMAT,
+    ApprovalRow,
+    EventDraft,
+    JournalDraft,
+    NewApproval,
+    RunRecord,
+    Store,
+    StoredArtifact,
+)
+from pytest_harness.tools.context import ToolContext
+from pytest_harness.tools.registry import ToolOutcome
+
+__all__ = ["approval_rows", "drive_segment", "journal_dict", "record_of"]
+
+
+class _Capture:
+    """Stands for the store in a driver: keeps each commit for the workflow.
+
+    Artifacts (bytes a tool produced) go to the worker's own store (`state:`): Temporal keeps
+    only their references, in the journal.
+    """
+
+    kind = "temporal"
+
+    def __init__(self, control: str | None, artifacts: Store | None) -> None:
+        self.control = control
+        self.status: str | None = None
+        self.state: Mapping[str, Any] | None = None
+        self.events: list[dict[str, Any]] = []
+        self.approvals: list[NewApproval] = []
+        self.journal: list[dict[str, Any]] = []
+        self._artifacts = artifacts
+
+    async def put_artifact(self, artifact: StoredArtifact) -> None:
+        if self._artifacts is not None:
+            await self._artifacts.put_artifact(artifact)
+
+    async def commit(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        status: str,
+        state: Mapping[str, Any],
+        events: Sequence[EventDraft] = (),
+        approvals: Sequence[NewApproval] = (),
+        lease_ttl: float | None = None,
+        release: bool = False,
+        clear_control: str | None = None,
+        journal: Sequence[JournalDraft] = (),
+    ) -> str | None:
+        self.journal.extend(journal_dict(j) for j in journal)
+        self.status = status
+        self.state = state
+        self.events.extend({"type": e.kind, "data": dict(e.data)} for e in events)
+        self.approvals.extend(approvals)
+        if clear_control is not None and self.control == clear_control:
+            self.control = None
+        return self.control
+
+
+class _Segment(Driver):
+    """A driver that hands each dispatched tool call back to the workflow."""
+
+    given: tuple[str, ToolOutcome] | None = None
+    held: str | None = None
+    """A pause or cancel that waits until the handed-off call's outcome is in (it settled)."""
+
+    async def _call_tool(
+        self, tool: PlanTool, call: dict[str, Any], context: ToolContext
+    ) -> ToolOutcome:
+        if self.given is not None and self.given[0] == call["key"]:
+            outcome, self.given = self.given[1], None
+            cast(_Capture, self.ctx.store).control = self.held
+            return outcome
+        raise ToolHandoff(call)
+
+
+def journal_dict(entry: JournalDraft) -> dict[str, Any]:
+    """A journal entry as the workflow keeps it (a stored entry's fields; `seq` set on append)."""
+    return {
+        "id": entry.id,
+        "seq": 0,
+        "format": JOURNAL_FORMAT,
+        "step": entry.step,
+        "attempt_id": entry.attempt_id,
+        "ts": entry.ts,
+        "execution_key": entry.execution_key,
+        "kind": entry.kind,
+        "payload": dict(entry.payload),
+    }
+
+
+def record_of(snapshot: Mapping[str, Any]) -> RunRecord:
+    """The run the workflow holds, as the engine and recordings read it."""
+    return RunRecord(
+        run_id=snapshot["run_id"],
+        session_id=snapshot["session_id"],
+        task=snapshot["task"],
+        tenant=snapshot.get("tenant"),
+        principal=snapshot["principal"],
+        input=snapshot["input"],
+        labels=snapshot.get("labels") or {},
+        idempotency_key=None,
+        status=snapshot["status"],
+        state=snapshot["state"],
+        created_at=float(snapshot.get("created_at") or 0.0),
+        updated_at=float(snapshot.get("updated_at") or 0.0),
+        control=snapshot.get("control"),
+        record=bool(snapshot.get("record")),
+    )
+
+
+def approval_rows(snapshot: Mapping[str, Any]) -> list[ApprovalRow]:
+    """The run's approval requests, as the workflow keeps them."""
+    return [
+        ApprovalRow(
+            approval_id=r["approval_id"],
+            run_id=snapshot["run_id"],
+            execution_key=r["execution_key"],
+            args_digest=r["args_digest"],
+            tool=r["tool"],
+            args=r["args"],
+            rule_id=r["rule_id"],
+            approvers=tuple(r["approvers"]),
+            requested_by=r["requested_by"],
+            self_approve=bool(r["self_approve"]),
+            status=r["status"],
+            approver=r.get("approver"),
+            approver_roles=tuple(r.get("approver_roles") or ()),
+            reason=r.get("reason"),
+        )
+        for r in snapshot.get("approvals") or ()
+    ]
+
+
+def _approval_dict(a: NewApproval) -> dict[str, Any]:
+    return {
+        "approval_id": a.approval_id,
+        "execution_key": a.execution_key,
+        "args_digest": a.args_digest,
+        "tool": a.tool,
+        "args": dict(a.args),
+        "rule_id": a.rule_id,
+        "approvers": list(a.approvers),
+        "requested_by": a.requested_by,
+        "self_approve": a.self_approve,
+        "status": "pending",
+    }
+
+
+async def drive_segment(
+    plan: TaskPlan,
+    snapshot: Mapping[str, Any],
+    op: Mapping[str, Any],
+    *,
+    spec_digest: str,
+    history: list[Message],
+    artifacts: Store | None = None,
+) -> dict[str, Any]:
+    """Drive the run from `snapshot` as `op` says; return what the workflow must apply.
+
+    `op["op"]`: `drive` (go on; with `outcome` = `{key, outcome, seconds}` the handed-off call's
+    result, with `interrupted` the last tool attempt was lost), `decide` (bring answered
+    approvals in, then go on), `resolve` (`key`, `how`, `value`, `by`), `control` (act on a
+    pending pause or cancel). The answer has the new `status`, `state`, `events`, `approvals`
+    (new requests), `control` and, when a call must run, `handoff`.
+    """
+    record_ = record_of(snapshot)
+    capture = _Capture(snapshot.get("control"), artifacts)
+    ctx = DriveContext(
+        store=cast(Store, capture),
+        owner="temporal",
+        lease=0.0,
+        renew=False,
+        spec_digest=spec_digest,
+    )
+    kind = op["op"]
+    driver = _Segment(ctx, plan, record_, 1, interrupted=bool(op.get("interrupted")))
+    status = RunStatus(record_.status)
+    given = op.get("outcome")
+    handoff: dict[str, Any] | None = None
+    if given is not None:
+        call = next(c for c in driver.state.calls if c["key"] == given["key"])
+        call["status"] = given["previous"]  # dispatched again, with the outcome it had
+        call["attempt"] -= 1
+        driver.state.elapsed += float(given.get("seconds") or 0.0)
+        driver.given = (given["key"], ToolOutcome.from_dict(given["outcome"]))
+        driver.held, driver.control, capture.control = capture.control, None, None
+    if status in (RunStatus.AWAITING_APPROVAL, RunStatus.PAUSED):
+        # answers given while the run waited or was paused (as `Harness._continue` does)
+        decided = {r.approval_id: r for r in approval_rows(snapshot) if r.status != "pending"}
+        driver.apply_decisions(decided)
+    try:
+        if kind == "resolve":
+            driver.resolve(op["key"], op["how"], value=op.get("value"), by=op.get("by"))
+            if status is RunStatus.PAUSED and driver.control != "cancel":
+                await driver.checkpoint(RunStatus.PAUSED)
+            else:
+                await driver.checkpoint(RunStatus.RUNNING)
+                if driver.control is not None:
+                    await driver.stop()
+                else:
+                    await driver.drive(history)
+        elif driver.control is not None:
+            await driver.stop()
+        elif kind == "control":
+            await driver.checkpoint(status)  # the request was withdrawn meanwhile
+        elif status is RunStatus.AWAITING_APPROVAL and any(
+            c.get("verdict") == "approve" and c.get("decision") is None for c in driver.state.calls
+        ):
+            await driver.checkpoint(status)  # another request of the call is still open
+        else:
+            await driver.drive(history)
+    except ToolHandoff as handed:
+        tool = plan.tools[handed.call["name"]]
+        handoff = {
+            "call": handed.call,
+            "previous": "retry" if handed.call["attempt"] > 1 else "planned",
+            "replay": tool.spec.replay.value,
+            "timeout": tool.spec.timeout,
+            "remaining": driver._remaining(),
+        }
+    events = capture.events
+    if given is not None:  # the repeated dispatch of the handed-off call is not news
+        events = [
+            e
+            for e in events
+            if not (
+                e["type"] == "tool_call_start" and e["data"].get("execution_key") == given["key"]
+            )
+        ]
+    return {
+        "status": capture.status or record_.status,
+        "state": dict(capture.state) if capture.state is not None else dict(record_.state),
+        "events": events,
+        "approvals": [_approval_dict(a) for a in capture.approvals],
+        "control": capture.control,
+        "journal": capture.journal,
+        "handoff": handoff,
+    }

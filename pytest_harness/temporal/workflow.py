@@ -1,0 +1,250 @@
+"""The `HarnessRun` workflow: one run of a task, its state held in the workflow (DESIGN §14).
+
+The workflow code is deterministic: it keeps the run's snapshot (record, state, approval
+requests, events) and decides which activity comes next. `harness_step` drives the run's loop
+(models, rules, guards, budgets) from the snapshot to the next boundary; `harness_tool` runs
+one tool call, its activity id being the call's execution key, heartbeating, with the tool's
+replay policy as its retry policy. Approvals, resolutions, pauses and cancels are updates and
+updates; a refused approval is rejected by the update's validator and never reaches history.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from pytest_harness.temporal import checks
+
+__all__ = ["HarnessRun"]
+
+_WAITING = ("awaiting_approval", "awaiting_resolution", "paused")
+_ENDED = ("completed", "failed", "refused", "limited", "cancelled")
+_STEP_RETRY = RetryPolicy(
+    maximum_attempts=5,
+    initial_interval=timedelta(milliseconds=200),
+    non_retryable_error_types=list(checks.FATAL),
+)
+_SAFE_ATTEMPTS = 5
+"""How often a `safe` or `idempotent` call is tried before the run fails."""
+
+
+@workflow.defn(name="HarnessRun")
+class HarnessRun:
+    """One run: its snapshot, the next operation asked for, and the loop that applies them."""
+
+    @workflow.init
+    def __init__(self, start: dict[str, Any]) -> None:
+        self.snap: dict[str, Any] = dict(start["snapshot"])
+        self.conf: dict[str, Any] = dict(start["conf"])
+        self.next: dict[str, Any] | None = {"op": "drive"}
+        self.active = False
+        """A step or tool activity is under way (the snapshot is about to change)."""
+        self.settled = 0
+        """How often the run has come to rest (ended or suspended): updates wait on it."""
+
+    @workflow.run
+    async def run(self, start: dict[str, Any]) -> dict[str, Any]:
+        """Drive the run until it ends; between suspensions, wait for what resumes it."""
+        while self.snap["status"] not in _ENDED:
+            if self.next is None:
+                await workflow.wait_condition(lambda: self.next is not None)
+            op, self.next = self.next, None
+            assert op is not None
+            self.active = True
+            try:
+                await self._step(op)
+            finally:
+                self.active = False
+            if self.snap["status"] != "running" and self.next is None:
+                self.settled += 1
+        self.settled += 1
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self.snap
+
+    async def _step(self, op: dict[str, Any]) -> None:
+        """Drive from the snapshot as `op` says, running each handed-off tool call."""
+        while True:
+            try:
+                answer = await workflow.execute_activity(
+                    "harness_step",
+                    {"snapshot": self._bare(), "op": op, "conf": self.conf},
+                    result_type=dict,
+                    start_to_close_timeout=timedelta(hours=1),
+                    heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
+                    retry_policy=_STEP_RETRY,
+                )
+            except ActivityError as exc:
+                self._fail(exc)
+                return
+            self._apply(answer)
+            handoff = answer.get("handoff")
+            if handoff is None:
+                return
+            next_op = await self._tool(handoff)
+            if next_op is None:
+                return
+            op = next_op
+
+    async def _tool(self, handoff: dict[str, Any]) -> dict[str, Any] | None:
+        """Run one tool call as an activity; the next step's operation (None: the run failed)."""
+        call = handoff["call"]
+        manual = handoff["replay"] == "manual"
+        limits = [t for t in (handoff["timeout"], handoff["remaining"]) if t is not None]
+        # the tool's own timeout ends inside the activity as a `timeout` outcome; the margin
+        # lets it, so Temporal's start-to-close only ends an attempt nobody reports on
+        close = min(limits) + 30.0 if limits else 7 * 24 * 3600.0
+        started = workflow.time()
+        try:
+            answer = await workflow.execute_activity(
+                "harness_tool",
+                {
+                    "call": call,
+                    "run_id": self.snap["run_id"],
+                    "task": self.snap["task"],
+                    "principal": self.snap["principal"],
+                    "remaining": handoff["remaining"],
+                    "conf": self.conf,
+                },
+                result_type=dict,
+                activity_id=call["key"],
+                start_to_close_timeout=timedelta(seconds=close),
+                heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=1 if manual else _SAFE_ATTEMPTS,
+                    initial_interval=timedelta(milliseconds=200),
+                    non_retryable_error_types=list(checks.FATAL),
+                ),
+            )
+        except ActivityError as exc:
+            if manual and not checks.fatal(exc):
+                # the attempt was lost (its worker died): whether the tool ran is unknown
+                return {"op": "drive", "interrupted": True}
+            self._fail(exc)
+            return None
+        return {
+            "op": "drive",
+            "outcome": {
+                "key": call["key"],
+                "outcome": answer["outcome"],
+                "previous": handoff["previous"],
+                "seconds": workflow.time() - started,
+            },
+        }
+
+    def _bare(self) -> dict[str, Any]:
+        """The snapshot without its events and journal (a step needs neither)."""
+        return {k: v for k, v in self.snap.items() if k not in ("events", "journal")}
+
+    def _apply(self, answer: dict[str, Any]) -> None:
+        snap = self.snap
+        snap["status"] = answer["status"]
+        snap["state"] = answer["state"]
+        snap["control"] = answer["control"]
+        snap["updated_at"] = workflow.time()
+        snap.setdefault("events", []).extend(answer["events"])
+        snap.setdefault("approvals", []).extend(answer["approvals"])
+        journal = snap.setdefault("journal", [])
+        seen = {entry["id"] for entry in journal}
+        for entry in answer["journal"]:
+            if entry["id"] not in seen:  # a step retried after its answer was lost
+                journal.append({**entry, "seq": len(journal) + 1})
+
+    def _fail(self, exc: ActivityError) -> None:
+        """End the run `failed` with the activity's error (a wrong spec digest, a lost step)."""
+        cause = exc.cause if exc.cause is not None else exc
+        kind = cause.type if isinstance(cause, ApplicationError) and cause.type else "Error"
+        state = dict(self.snap["state"])
+        state["phase"] = "ended"
+        state["error"] = {"type": kind, "message": str(getattr(cause, "message", cause))}
+        self.snap["state"] = state
+        self.snap["status"] = "failed"
+        self.snap.setdefault("events", []).append(
+            {"type": "run_result", "data": {"status": "failed"}}
+        )
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @workflow.query(name="snapshot")
+    def snapshot(self) -> dict[str, Any]:
+        """The run as the workflow holds it now."""
+        return self.snap
+
+    # -- answering ----------------------------------------------------------------------------
+
+    @workflow.update(name="approve")
+    async def approve(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """Record an approval's answer; resume the run when none is left open."""
+        for row in self.snap["approvals"]:
+            if row["approval_id"] == answer["approval_id"]:
+                row["status"] = answer["decision"]
+                row["approver"] = answer["approver"]["id"]
+                row["approver_roles"] = list(answer["approver"].get("roles") or ())
+                row["reason"] = answer.get("reason")
+        self.snap.setdefault("events", []).append(
+            {
+                "type": "approval_answered",
+                "data": {
+                    "approval_id": answer["approval_id"],
+                    "decision": answer["decision"],
+                    "approver": answer["approver"]["id"],
+                },
+            }
+        )
+        if checks.open_approvals(self.snap) or self.snap["status"] != "awaiting_approval":
+            return self.snap
+        return await self._resume({"op": "decide"})
+
+    @approve.validator
+    def _check_approve(self, answer: dict[str, Any]) -> None:
+        checks.check_approval(self.snap, answer)
+
+    @workflow.update(name="resolve")
+    async def resolve(self, how: dict[str, Any]) -> dict[str, Any]:
+        """Settle an uncertain call, then go on; the result once the run rests again."""
+        # a racing resolver validated in the same workflow task as this one is refused here
+        checks.check_resolution(self.snap, how["key"], busy=self.active or self.next is not None)
+        return await self._resume({"op": "resolve", **how})
+
+    @resolve.validator
+    def _check_resolve(self, how: dict[str, Any]) -> None:
+        checks.check_resolution(self.snap, how["key"], busy=self.active or self.next is not None)
+
+    @workflow.update(name="resume")
+    async def resume(self) -> dict[str, Any]:
+        """Continue a paused run (a run that still waits for an answer stays as it is)."""
+        if self.snap["status"] != "paused":
+            return self.snap
+        return await self._resume({"op": "drive"})
+
+    @workflow.update(name="wait")
+    async def wait(self) -> dict[str, Any]:
+        """The run once it ends or suspends (at once when it already rests)."""
+        await workflow.wait_condition(
+            lambda: self.snap["status"] != "running" and self.next is None
+        )
+        return self.snap
+
+    @workflow.update(name="control")
+    async def control(self, what: str) -> dict[str, Any]:
+        """Ask for a pause or a cancel: acted on at once when the run waits, else at a boundary.
+
+        Returns the run once it acted (waiting), or as it is (running: its next boundary acts).
+        """
+        status = self.snap["status"]
+        if status in _ENDED or (what == "pause" and status == "paused"):
+            return self.snap
+        self.snap["control"] = what
+        if status in _WAITING and self.next is None:
+            return await self._resume({"op": "control"})
+        return self.snap
+
+    async def _resume(self, op: dict[str, Any]) -> dict[str, Any]:
+        mark = self.settled
+        self.next = op
+        await workflow.wait_condition(lambda: self.settled > mark)
+        return self.snap

@@ -1,0 +1,152 @@
+"""A small spec on Temporal, its tools, and worker processes for the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+TOOLS = '''
+import os
+import time
+from pathlib import Path
+
+from pytest_harness.tools.context import current_tool_context
+
+
+def _effect(name: str) -> str:
+    ctx = current_tool_context()
+    folder = Path(os.environ["EFFECTS"])
+    with (folder / "calls.log").open("a") as log:
+        log.write(f"{name} {ctx.execution_key} {ctx.attempt} {os.getpid()}\\n")
+    if os.environ.get("HANG_FIRST") and ctx.attempt == 1:
+        (folder / f"hanging-{ctx.execution_key}").write_text(str(os.getpid()))
+        time.sleep(60)
+    applied = folder / "applied.log"
+    done = applied.read_text().split() if applied.exists() else []
+    if ctx.execution_key not in done:  # idempotent: one effect per execution key
+        with applied.open("a") as log:
+            log.write(ctx.execution_key + "\\n")
+    return f"{name} done"
+
+
+def refund(order_id: str, amount: int) -> str:
+    """Refund an order."""
+    return _effect("refund")
+
+
+def charge(order_id: str, amount: int) -> str:
+    """Charge a card."""
+    return _effect("charge")
+'''
+
+
+def make_spec(
+    folder: Path, address: str, *, queue: str | None = None, prompt: str = "Desk."
+) -> Path:
+    """A spec with a refund task (idempotent tool, approval over 100) and a charge task (manual)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "effects").mkdir(exist_ok=True)
+    (folder / "ttools.py").write_text(TOOLS)
+    queue = queue or f"q-{uuid.uuid4().hex[:8]}"
+    spec = folder / "harness.yaml"
+    spec.write_text(
+        textwrap.dedent(
+            f"""\
+            version: 1
+            name: tdesk
+            models:
+              refunder:
+                use: scripted
+                script:
+                  - call: refund
+                    args: {{order_id: A-1, amount: 250}}
+                  - say: "Refunded."
+              charger:
+                use: scripted
+                script:
+                  - call: charge
+                    args: {{order_id: A-1, amount: 5}}
+                  - say: "Charged."
+            tools:
+              refund: {{call: "ttools:refund", replay: idempotent}}
+              charge: {{call: "ttools:charge"}}
+            rules:
+              - id: big-refund
+                when: tool == "refund" && args.amount > 100
+                then: approve
+                approvers: [finance]
+            tasks:
+              refunds: {{model: refunder, prompt: {prompt!r}, tools: [refund]}}
+              small_refunds: {{model: refunder, prompt: {prompt!r}, tools: [refund], rules: []}}
+              charges: {{model: charger, prompt: {prompt!r}, tools: [charge]}}
+            state: {{use: memory, record: true, lease: 2s}}
+            execution: {{use: temporal, address: "{address}", task_queue: {queue}}}
+            """
+        )
+    )
+    return spec
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_harness", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+class WorkerProcess:
+    """`pytest-harness worker SPEC` in a process of its own, ready when it says so."""
+
+    def __init__(self, spec: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        effects = str(spec.parent / "effects")
+        self.log = (spec.parent / f"worker-{uuid.uuid4().hex[:6]}.log").open("w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest_harness", "worker", str(spec), *extra],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "EFFECTS": effects, **(env or {})},
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while "ready on" not in self.output():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"the worker did not start: {self.output()}")
+            time.sleep(0.1)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def wait_for(folder: Path, pattern: str, count: int = 1, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob(pattern))) < count:
+        assert time.monotonic() < deadline, f"{count} {pattern} never appeared in {folder}"
+        time.sleep(0.05)
