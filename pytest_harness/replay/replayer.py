@@ -173,11 +173,17 @@ async def _answer_approvals(
     while result.status is RunStatus.AWAITING_APPROVAL:
         rules = {row.approval_id: row.rule_id for row in await twin.store.approvals(result.run_id)}
         answered = False
-        for pending in result.pending:
-            if pending.status != "approval" or pending.approval_id is None:
-                continue
+        # Decisions recorded for each request's own rule first, then stand-ins (renamed rules).
+        asks = [
+            (pending, exact)
+            for exact in (True, False)
+            for pending in result.pending
+            if pending.status == "approval" and pending.approval_id is not None
+        ]
+        for pending, exact in asks:
+            assert pending.approval_id is not None
             rule = rules.get(pending.approval_id)
-            decision = tape.approval(pending.call.name, pending.call.args, rule)
+            decision = tape.approval(pending.call.name, pending.call.args, rule, exact=exact)
             if decision is None:
                 continue
             approver = Principal(

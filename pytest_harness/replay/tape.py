@@ -118,12 +118,14 @@ class Tape:
         return queue.pop(0) if queue else None
 
     def approval(
-        self, tool: str, args: Mapping[str, Any], rule: str | None = None
+        self, tool: str, args: Mapping[str, Any], rule: str | None = None, *, exact: bool = False
     ) -> ApprovalDecision | None:
         """The recorded decision for this call and rule, if any (each used once).
 
-        A decision recorded for another rule of the same call stands in when none was recorded
-        for `rule` (a renamed rule); its approver is checked against today's rule all the same.
+        Unless `exact`, a decision recorded for another rule of the same call stands in when
+        none was recorded for `rule` (a renamed rule); its approver is checked against today's
+        rule all the same. Ask with `exact` first for every open request of the call, so a
+        stand-in never takes the decision recorded for another request that is open too.
         """
         queue = self._approvals.get(_key(tool, args))
         if not queue:
@@ -131,7 +133,7 @@ class Tape:
         for index, decision in enumerate(queue):
             if decision.rule == rule:
                 return queue.pop(index)
-        return queue.pop(0)
+        return None if exact else queue.pop(0)
 
 
 class TapeModel:

@@ -366,3 +366,20 @@ async def test_a_four_eyes_run_replays_the_same_and_a_changed_approver_role_is_d
         report = await harness.replay(golden)
     assert report.status == ("completed", "awaiting_approval")  # lena is no counsel
     assert not report.same
+
+
+@pytest.mark.parametrize("decliner", ["legal-check", "finance-check"])
+async def test_a_declined_four_eyes_run_replays_the_same(app, tmp_path, decliner) -> None:
+    """A stand-in decision never takes the one recorded for another open request of the call."""
+    write(app, FOUR_EYES, REFUND_5000)
+    async with ph.load(app.spec, record=True) as harness:
+        waiting = await harness.run("orders", "Credit", principal="ann")
+        rows = {r.rule_id: r for r in await harness.store.approvals(waiting.run_id)}
+        approver = LEGAL if decliner == "legal-check" else FINANCE
+        done = await harness.approve(
+            waiting.run_id, rows[decliner].approval_id, "decline", approver=approver
+        )
+        assert done.status is ph.RunStatus.COMPLETED
+        golden = await harness.export(done.run_id, tmp_path / "declined.yaml")
+        report = await harness.replay(golden)
+    assert report.same, report.render()
