@@ -149,8 +149,8 @@ class Recording:
                     answer = payload["answer"]
                 elif "error" in payload:
                     answer = {"error": payload["error"], "message": payload["message"]}
-                else:
-                    continue  # not a model error: the run failed, no turn was taken
+                else:  # the model raised something else: the run failed at this turn
+                    answer = {"raised": payload["exception"], "message": payload["message"]}
                 turns.append(
                     ModelTurn(
                         model=model,

@@ -38,8 +38,25 @@ def _key(name: str, args: Mapping[str, Any]) -> str:
     return name + json.dumps(redact(dict(args)), sort_keys=True, separators=(",", ":"))
 
 
+def _raised(name: str, message: str) -> Exception:
+    """An exception that reads like the one a model raised when the run was recorded.
+
+    The run failed with that exception's type name and message; the replay fails the same way,
+    without importing or constructing whatever the original type was.
+    """
+    kind: type[Exception] = type(name if name.isidentifier() else "ModelRaised", (Exception,), {})
+    return kind(message)
+
+
 def recorded_answer(answer: Mapping[str, Any], request: ModelRequest) -> ModelResponse:
-    """A recorded model answer as the provider's answer; a recorded error is raised again."""
+    """A recorded model answer as the provider's answer; a recorded error is raised again.
+
+    A model error (`error`) is raised as the `ModelError` it was; anything else the model
+    raised (`raised`: a `function` model's exception, `ScriptExhausted`) fails the replayed run
+    as it failed the recorded one.
+    """
+    if "raised" in answer:
+        raise _raised(str(answer["raised"]), str(answer.get("message") or ""))
     usage = answer.get("usage") or {}
     if "error" in answer:
         raise ModelError(

@@ -300,3 +300,23 @@ async def test_every_model_attempt_is_in_the_store_journal_with_its_own_id(app) 
     started = [e.attempt_id for e in journal if e.kind == "model.started"]
     assert all(a.startswith("att_") for a in started) and len(set(started)) == 3
     assert [e.attempt_id for e in ended] == started
+
+
+async def test_a_run_whose_model_raised_replays_the_same(app, tmp_path) -> None:
+    """A script that runs out (ScriptExhausted) fails the run at that turn, in replay too."""
+    write(app, script="[{call: lookup_order, args: {order_id: A-1}}]")
+    async with ph.load(app.spec) as harness:
+        failed = await harness.run("orders", "look", principal="ann")
+        assert failed.failed and failed.error is not None
+        assert failed.error["type"] == "ScriptExhausted"
+        recording = await Recording.from_store(harness.store, failed.run_id)
+    recording.save(tmp_path / "raised.yaml")
+    assert recording.model_turns[-1].answer["raised"] == "ScriptExhausted"
+    report = await replay_file(app, tmp_path / "raised.yaml")
+    assert report.same, report.render()
+    assert report.status == ("failed", "failed")
+    assert report.model_answers_used == (2, 2)
+    # today's code takes another path at that turn: the gate sees it
+    write(app, SPEC.replace("tools: [lookup_order, refund, delete_account]", "tools: [refund]"))
+    report = await replay_file(app, tmp_path / "raised.yaml")
+    assert not report.same
