@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -209,12 +208,10 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out.out, out.err
 
 
-def test_the_shop_scores_in_seconds_and_names_its_survivor(capsys) -> None:
-    started = time.perf_counter()
+def test_the_shop_scores_and_names_its_survivor(capsys) -> None:
     code, out, err = run_cli(
         capsys, "mutate", str(SHOP), str(SHOP_RECORDINGS), "-e", "offline", "--min-score", "0.9"
     )
-    assert time.perf_counter() - started < 10
     assert code == 0, err
     assert "score: 17 of 18 mutants killed (0.94)" in out
     assert out.rstrip().endswith(
