@@ -1,7 +1,5 @@
 """`python -m pytest_harness`: the `pytest-harness` console script."""
 
-import sys
+from pytest_harness.cli import console
 
-from pytest_harness.cli import main
-
-sys.exit(main())
+console()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -337,6 +338,22 @@ def _fail_on(value: str) -> frozenset[str]:
             f"(choose from {', '.join(_FAIL_ON_ORDER)})"
         )
     return kinds
+
+
+def console() -> NoReturn:
+    """The `pytest-harness` console script: `main()`, then exit with its code.
+
+    A process that used Temporal (its SDK's core runs native threads) leaves without the
+    interpreter's final clean-up, once its output is flushed: that clean-up can abort while a
+    native thread still calls back into Python (`PyGILState_Release`), turning an exit code of
+    0, 1 or 2 into a crash. Nothing of ours is left to clean up by then.
+    """
+    code = main()
+    if "temporalio" in sys.modules:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
