@@ -69,8 +69,9 @@ async def open_store(path_or_url: str | os.PathLike[str]) -> AsyncIterator[Store
 
     A path is a sqlite file (it must exist: opening never creates an empty store); a
     `postgresql://` URL (`?schema=` names the schema, default `harness`) opens the Postgres
-    store (the `postgres` extra; the password from `$PGPASSWORD` or a `.pgpass`). The store
-    is closed on exit. `StoreError` when there is nothing to open.
+    store (the `postgres` extra; the password from `$PGPASSWORD` or a `.pgpass`) without
+    creating or migrating anything. The store is closed on exit. `StoreError` when there is
+    nothing to open (no such file, no store in that schema, a store of another version).
     """
     text = os.fspath(path_or_url)
     store: Store
@@ -78,7 +79,8 @@ async def open_store(path_or_url: str | os.PathLike[str]) -> AsyncIterator[Store
         from pytest_harness.postgres import store_from_url
 
         try:
-            store = store_from_url(text)  # a `schema=` query parameter picks the schema
+            # a `schema=` query parameter picks the schema; an export never changes the database
+            store = store_from_url(text, migrate=False)
         except ValueError as exc:
             raise StoreError(f"cannot open {_safe_url(text)}: {exc}") from None
     else:

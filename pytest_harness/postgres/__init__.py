@@ -25,12 +25,13 @@ def is_postgres_url(target: object) -> bool:
     return isinstance(target, str) and target.startswith(_SCHEMES)
 
 
-def store_from_url(url: str, *, schema: str | None = None) -> PostgresStore:
+def store_from_url(url: str, *, schema: str | None = None, migrate: bool = True) -> PostgresStore:
     """A `PostgresStore` for a `postgresql://` URL (not opened yet: `async with` opens it).
 
     The schema comes from `schema`, else from a `schema=` query parameter of the URL (taken out
     before the URL reaches libpq), else `harness`. Give the password through `$PGPASSWORD` or
-    a `.pgpass`, not in the URL. `StoreError` when psycopg is not installed or the URL is
+    a `.pgpass`, not in the URL. With `migrate=False` opening changes nothing in the database
+    (see `PostgresStore.migrate`). `StoreError` when psycopg is not installed or the URL is
     malformed; `ValueError` for a bad schema name.
     """
     from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -41,7 +42,7 @@ def store_from_url(url: str, *, schema: str | None = None) -> PostgresStore:
     rest = [(key, value) for key, value in query if key != "schema"]
     dsn = urlunsplit(parts._replace(query=urlencode(rest)))
     store_class = _store_class()
-    return store_class(dsn, schema=schema or (named[-1] if named else "harness"))
+    return store_class(dsn, schema=schema or (named[-1] if named else "harness"), migrate=migrate)
 
 
 def _store_class() -> type[PostgresStore]:

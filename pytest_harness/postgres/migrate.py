@@ -19,7 +19,7 @@ from psycopg import sql
 
 from pytest_harness.errors import StoreError
 
-__all__ = ["Migration", "latest_version", "migrate", "migrations"]
+__all__ = ["Migration", "check_version", "latest_version", "migrate", "migrations"]
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -98,3 +98,45 @@ async def migrate(
                 (migration.version, migration.name, time.time()),
             )
     return latest
+
+
+async def check_version(
+    conn: psycopg.AsyncConnection[tuple[object, ...]], schema: str, where: str
+) -> int:
+    """Check, without changing anything, that `schema` holds a store of this code's version.
+
+    For readers that must not write (`open_store` for an export): `StoreError` when the schema
+    or its version table is missing, or its version is older or newer than this code's.
+    """
+    latest = latest_version()
+    cur = await conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL",
+        (f"{sql.Identifier(schema).as_string(conn)}.schema_migrations",),
+    )
+    row = await cur.fetchone()
+    if row is None or not row[0]:
+        raise StoreError(
+            f"postgres store {where}: there is no pytest-harness store in schema {schema!r} "
+            "(the schema or its schema_migrations table does not exist); name the schema with "
+            "?schema=NAME (the spec's state.schema, default harness)"
+        )
+    cur = await conn.execute(
+        sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_migrations").format(
+            sql.Identifier(schema)
+        )
+    )
+    row = await cur.fetchone()
+    current = int(row[0]) if row is not None else 0  # type: ignore[call-overload]
+    if current != latest:
+        which = "newer" if current > latest else "older"
+        fix = (
+            "upgrade pytest-harness"
+            if current > latest
+            else "open it once with a harness of this version (which migrates it)"
+        )
+        raise StoreError(
+            f"postgres store {where}: schema {schema!r} is at version {current}, {which} than "
+            f"this pytest-harness's (version {latest}); reading it without changing it needs "
+            f"the same version: {fix}"
+        )
+    return current

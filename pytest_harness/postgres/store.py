@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from pytest_harness.errors import ResolutionError, RunBusy, StoreError, UnknownRun
 from pytest_harness.postgres import sqltext as q
 from pytest_harness.postgres.listen import Listener
-from pytest_harness.postgres.migrate import latest_version, migrate
+from pytest_harness.postgres.migrate import check_version, latest_version, migrate
 from pytest_harness.store.base import (
     JOURNAL_FORMAT,
     ApprovalDecision,
@@ -168,6 +168,7 @@ class PostgresStore:
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout: float = 10.0,
+        migrate: bool = True,
     ) -> None:
         if not isinstance(schema, str) or not _SCHEMA.match(schema):
             raise ValueError(
@@ -187,6 +188,9 @@ class PostgresStore:
         self.pool_min = pool_min
         self.pool_max = pool_max
         self.connect_timeout = float(connect_timeout)
+        self.migrate = migrate
+        """Whether opening creates and migrates the schema; when False (a reader such as
+        `open_store`), opening changes nothing and refuses a missing or other-version schema."""
         self.where = f"{redact_dsn(dsn)} schema {schema}"
         self.application_name = f"pytest-harness {schema}"
         """What the store's connections call themselves (`pg_stat_activity`); its listener's
@@ -217,7 +221,7 @@ class PostgresStore:
     # -- connection -------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Connect, create the schema if missing and migrate it; idempotent."""
+        """Connect, and create and migrate the schema unless `migrate` is False; idempotent."""
         self._closed = False
         await self._db()
 
@@ -264,7 +268,10 @@ class PostgresStore:
                 f"postgres store {self.where}: cannot connect: {str(exc).strip()}"
             ) from exc
         try:
-            await migrate(conn, self.schema, self.where)
+            if self.migrate:
+                await migrate(conn, self.schema, self.where)
+            else:
+                await check_version(conn, self.schema, self.where)
         except psycopg.Error as exc:
             raise StoreError(
                 f"postgres store {self.where}: cannot create or migrate schema {self.schema!r} "

@@ -181,3 +181,32 @@ def test_export_incident_from_a_postgres_url(
 
     report = ph.verify_archive(asyncio.run(go()))
     assert report.valid and report.complete, report.issues
+
+
+def test_open_store_on_postgres_changes_nothing_in_the_database(
+    tmp_path: Path, pg_dsn: str, pg_schema: str
+) -> None:
+    """Forensics never migrates: a schema without a store is an error, and stays absent."""
+    import psycopg
+
+    async def go() -> None:
+        async with ph.open_store(f"{pg_dsn}?schema={pg_schema}"):
+            pass
+
+    with pytest.raises(ph.StoreError, match=rf"no pytest-harness store in schema '{pg_schema}'"):
+        asyncio.run(go())
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+            (pg_schema,),
+        ).fetchone()
+    assert row == (0,)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # an older store is refused too
+        conn.execute(f"CREATE SCHEMA {pg_schema}".encode())
+        conn.execute(
+            f"CREATE TABLE {pg_schema}.schema_migrations (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at double precision NOT NULL)".encode()
+        )
+        conn.execute(f"INSERT INTO {pg_schema}.schema_migrations VALUES (1, 'runs', 0)".encode())
+    with pytest.raises(ph.StoreError, match=r"at version 1, older than .* open it once"):
+        asyncio.run(go())
