@@ -7,52 +7,17 @@ async with ph.load("harness.yaml", env="offline") as harness:
     result = await harness.run("orders", "Refund $250 on order A-1001.", principal="ann")
 ```
 
-Importing the package is cheap: the spec loader, the run loop and the stores are imported when
-first used.
+Importing the package is cheap (about a millisecond): every public name, down to the errors, is
+imported from its module when first used, so `import pytest_harness` and the pytest plugin load
+no dependency (pydantic, yaml, rich, ...) until a name that needs it is touched.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_harness.errors import (
-    ApprovalDenied,
-    ArchiveError,
-    ExecutionError,
-    HarnessError,
-    LiveModelBlocked,
-    ModelError,
-    RecordingError,
-    ReplayDiverged,
-    ResolutionError,
-    RunAwaitingInput,
-    RunBusy,
-    RunCancelled,
-    RunError,
-    RunFailed,
-    RunLimitReached,
-    RunRefused,
-    ScriptExhausted,
-    SpecError,
-    StoreError,
-    UnknownExecutionKey,
-    UnknownRun,
-    UnknownTask,
-)
-from pytest_harness.runtime.principal import Principal
-from pytest_harness.runtime.results import (
-    ApprovalRequest,
-    Call,
-    PendingTool,
-    RunResult,
-    RunStatus,
-    RunSummary,
-    Usage,
-)
-from pytest_harness.runtime.trace import Decision, ToolCall, Trace
-
 if TYPE_CHECKING:
-    from pytest_harness import testing
+    from pytest_harness import temporal, testing
     from pytest_harness.archive import (
         ArchiveIssue,
         BundleLimits,
@@ -64,12 +29,47 @@ if TYPE_CHECKING:
         playback,
         verify_archive,
     )
+    from pytest_harness.errors import (
+        ApprovalDenied,
+        ArchiveError,
+        ExecutionError,
+        HarnessError,
+        LiveModelBlocked,
+        ModelError,
+        RecordingError,
+        ReplayDiverged,
+        ResolutionError,
+        RunAwaitingInput,
+        RunBusy,
+        RunCancelled,
+        RunError,
+        RunFailed,
+        RunLimitReached,
+        RunRefused,
+        ScriptExhausted,
+        SpecError,
+        StoreError,
+        UnknownExecutionKey,
+        UnknownRun,
+        UnknownTask,
+    )
     from pytest_harness.evals.checks import GradeInput, Verdict
     from pytest_harness.models.live import allow_live_models
     from pytest_harness.recording.model import Recording
     from pytest_harness.redaction import SecretPattern
     from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness, RunHandle, load
+    from pytest_harness.runtime.principal import Principal
+    from pytest_harness.runtime.results import (
+        ApprovalRequest,
+        Call,
+        PendingTool,
+        RunResult,
+        RunStatus,
+        RunSummary,
+        Usage,
+    )
+    from pytest_harness.runtime.trace import Decision, ToolCall, Trace
     from pytest_harness.spec.schema import ReplayPolicy
     from pytest_harness.store.base import Event, Sample
     from pytest_harness.tools.artifacts import Artifact
@@ -139,7 +139,58 @@ __all__ = [
     "verify_archive",
 ]
 
-_LAZY = {
+_ERRORS = (
+    "ApprovalDenied",
+    "ArchiveError",
+    "ExecutionError",
+    "HarnessError",
+    "LiveModelBlocked",
+    "ModelError",
+    "RecordingError",
+    "ReplayDiverged",
+    "ResolutionError",
+    "RunAwaitingInput",
+    "RunBusy",
+    "RunCancelled",
+    "RunError",
+    "RunFailed",
+    "RunLimitReached",
+    "RunRefused",
+    "ScriptExhausted",
+    "SpecError",
+    "StoreError",
+    "UnknownExecutionKey",
+    "UnknownRun",
+    "UnknownTask",
+)
+_RESULTS = (
+    "ApprovalRequest",
+    "Call",
+    "PendingTool",
+    "RunResult",
+    "RunStatus",
+    "RunSummary",
+    "Usage",
+)
+_ARCHIVE = (
+    "ArchiveIssue",
+    "BundleLimits",
+    "ExportPolicy",
+    "Playback",
+    "VerificationReport",
+    "export_incident",
+    "open_store",
+    "playback",
+    "verify_archive",
+)
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(_ERRORS, "pytest_harness.errors"),
+    **dict.fromkeys(_RESULTS, "pytest_harness.runtime.results"),
+    **dict.fromkeys(_ARCHIVE, "pytest_harness.archive"),
+    "Principal": "pytest_harness.runtime.principal",
+    "Decision": "pytest_harness.runtime.trace",
+    "ToolCall": "pytest_harness.runtime.trace",
+    "Trace": "pytest_harness.runtime.trace",
     "Event": "pytest_harness.store.base",
     "Sample": "pytest_harness.store.base",
     "GradeInput": "pytest_harness.evals.checks",
@@ -155,33 +206,24 @@ _LAZY = {
     "current_tool_context": "pytest_harness.tools.context",
     "allow_live_models": "pytest_harness.models.live",
     "Artifact": "pytest_harness.tools.artifacts",
-    **{
-        name: "pytest_harness.archive"
-        for name in (
-            "ArchiveIssue",
-            "BundleLimits",
-            "ExportPolicy",
-            "Playback",
-            "VerificationReport",
-            "export_incident",
-            "open_store",
-            "playback",
-            "verify_archive",
-        )
-    },
 }
+"""Where each public name lives: imported from there on first use (PEP 562), then cached."""
+
+_SUBMODULES = frozenset({"testing", "temporal"})
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("testing", "temporal"):  # submodules imported on first use
-        import importlib
+    import importlib
 
-        return importlib.import_module("pytest_harness.testing")
+    if name in _SUBMODULES:  # imported on first use; the import binds the attribute
+        return importlib.import_module(f"pytest_harness.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_harness' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

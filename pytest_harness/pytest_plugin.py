@@ -12,6 +12,7 @@ fixtures share in a test), `plugin.golden` (golden file names and writes), `plug
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,6 @@ from pytest_harness.plugin.settings import (
     Settings,
     parse_fail_on,
 )
-from pytest_harness.runtime.results import RunResult
 
 if TYPE_CHECKING:
     from pytest_harness.plugin.fixtures import TestRuns, Turns
@@ -278,8 +278,14 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 def pytest_assertrepr_compare(
     config: pytest.Config, op: str, left: object, right: object
 ) -> list[str] | None:
-    """`assert result == expected` between `RunResult`s shows the fields and decisions."""
-    if op == "==" and isinstance(left, RunResult) and isinstance(right, RunResult):
+    """`assert result == expected` between `RunResult`s shows the fields and decisions.
+
+    Two `RunResult`s exist only once their module was imported: until then, nothing to check.
+    """
+    results = sys.modules.get("pytest_harness.runtime.results")
+    if results is None or op != "==":
+        return None
+    if isinstance(left, results.RunResult) and isinstance(right, results.RunResult):
         from pytest_harness.testing import explain_difference
 
         return explain_difference(left, right)

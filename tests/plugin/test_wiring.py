@@ -14,7 +14,24 @@ from pytest_harness.recording.model import Recording
 from pytest_harness.replay import report
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("rich", "deepdiff", "aiosqlite", "yaml", "cel", "pydantic", "pydantic_core", "httpx")
+HEAVY = (
+    "rich",
+    "deepdiff",
+    "aiosqlite",
+    "yaml",
+    "cel",
+    "pydantic",
+    "pydantic_core",
+    "httpx",
+    "jinja2",
+    "jsonschema",
+    "tenacity",
+    "docstring_parser",
+    "psycopg",
+    "temporalio",
+)
+ENGINE = ("pytest_harness.runtime", "pytest_harness.spec", "pytest_harness.store")
+"""The run loop, the spec and the stores: a session that uses no fixture imports none of them."""
 
 
 def test_importing_the_plugin_imports_nothing_heavy() -> None:
@@ -36,6 +53,7 @@ def test_a_session_that_uses_none_of_it_imports_nothing_heavy(pytester: pytest.P
         def test_nothing_heavy_was_imported():
             heavy = {HEAVY!r}
             assert [m for m in sys.modules if m.split('.')[0] in heavy] == []
+            assert [m for m in sys.modules if m.startswith({ENGINE!r})] == []
         """
     )
     result = pytester.runpytest_subprocess("-p", "no:asyncio", "-p", "no:anyio")

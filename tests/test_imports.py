@@ -1,0 +1,92 @@
+"""Importing the package is cheap: what `import pytest_harness` and the `ph.load` path load.
+
+No timing here (timings are `benchmarks/run.py`'s job): each test imports in a fresh process and
+lists the modules that import left behind, so a new eager import of a heavy dependency fails
+a test that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import pytest_harness as ph
+
+HEAVY = frozenset(
+    {
+        "aiosqlite",
+        "asyncio",
+        "cel",
+        "deepdiff",
+        "docstring_parser",
+        "httpx",
+        "jinja2",
+        "jsonschema",
+        "psycopg",
+        "pydantic",
+        "pydantic_core",
+        "rich",
+        "tenacity",
+        "temporalio",
+        "yaml",
+    }
+)
+"""Dependencies (and asyncio, ≈15 ms alone) that `import pytest_harness` must not import."""
+
+
+def loaded_after(code: str) -> tuple[list[str], list[str]]:
+    """Run `code` in a fresh interpreter: the heavy top-level modules and our modules it loaded."""
+    probe = (
+        f"{code}\nimport json, sys\n"
+        "print(json.dumps([sorted({m.split('.')[0] for m in sys.modules}), "
+        "sorted(m for m in sys.modules if m.split('.')[0] == 'pytest_harness')]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    tops, ours = json.loads(done.stdout)
+    return sorted(HEAVY.intersection(tops)), ours
+
+
+def test_import_pytest_harness_imports_only_the_package() -> None:
+    heavy, ours = loaded_after("import pytest_harness")
+    assert heavy == []
+    assert ours == ["pytest_harness"]
+
+
+def test_the_load_path_imports_no_yaml_store_driver_or_renderer() -> None:
+    """`ph.load` imports the run loop (pydantic for the spec schema, asyncio), nothing more."""
+    heavy, ours = loaded_after("import pytest_harness as ph; ph.load")
+    assert heavy == ["asyncio", "pydantic", "pydantic_core"]
+    assert "pytest_harness.runtime.harness" in ours
+    unwanted = ("spec.loader", "spec.yamlio", "store.sqlite", "store.memory", "tools.registry")
+    assert [m for m in ours if m.removeprefix("pytest_harness.") in unwanted] == []
+
+
+def test_a_public_name_imports_what_it_needs_only() -> None:
+    heavy, ours = loaded_after("from pytest_harness import HarnessError, RunResult")
+    assert heavy == []
+    assert "pytest_harness.runtime.harness" not in ours
+
+
+@pytest.mark.parametrize("name", ph.__all__)
+def test_every_public_name_resolves(name: str) -> None:
+    assert getattr(ph, name) is not None
+    assert name in dir(ph)
+
+
+def test_public_names_are_the_defining_modules_objects() -> None:
+    from pytest_harness.errors import HarnessError
+    from pytest_harness.runtime.harness import load
+    from pytest_harness.runtime.results import RunResult
+
+    assert (ph.HarnessError, ph.RunResult, ph.load) == (HarnessError, RunResult, load)
+    assert ph.testing.__name__ == "pytest_harness.testing"
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="'nothing_here'"):
+        _ = ph.nothing_here
