@@ -14,9 +14,12 @@ no dependency (pydantic, yaml, rich, ...) until a name that needs it is touched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False
+"""`typing.TYPE_CHECKING` without importing `typing` (mypy knows the name)."""
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from pytest_harness import temporal, testing
     from pytest_harness.archive import (
         ArchiveIssue,
