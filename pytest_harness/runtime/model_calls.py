@@ -1,0 +1,386 @@
+"""Asking the models: attempts, retries and fallbacks, first-event timeouts, streaming.
+
+`ModelCalls` is the part of the run loop (`runtime.engine.Driver`) that turns one model step
+into one answer: each attempt is journaled (`model.started`, `model.response`,
+`model.failed`), its cost counted, its failures retried within the model's `retry_budget`
+(each retry committed before its wait) and then handed to the next fallback model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from pytest_harness.errors import LiveModelBlocked, ModelError
+from pytest_harness.models.base import ModelRequest, ModelResponse, content_digest
+from pytest_harness.models.live import live_models_allowed
+from pytest_harness.redaction import comparable
+from pytest_harness.runtime.boundaries import Boundary
+from pytest_harness.runtime.driver_base import DriverBase, _Deadline
+from pytest_harness.runtime.plan import ModelLink
+from pytest_harness.runtime.retrying import (
+    FirstEvent,
+    RetryClock,
+    budget_message,
+    first_event,
+    first_event_message,
+)
+from pytest_harness.runtime.trace import Decision
+from pytest_harness.store.base import EventDraft
+
+__all__ = ["PARTS", "ModelCalls"]
+
+PARTS = ("system", "tools", "messages")
+"""The parts of a model request a recording keeps a digest of."""
+
+
+def _answer(response: ModelResponse) -> dict[str, Any]:
+    """A model answer as a recording keeps it.
+
+    `thinking` (the provider's reasoning blocks, sent back unchanged in later requests) and
+    `incomplete` (why the answer was cut) appear only when the answer has them.
+    """
+    answer: dict[str, Any] = {
+        "text": response.text,
+        "calls": [{"id": c.id, "name": c.name, "args": dict(c.args)} for c in response.calls],
+        "usage": {
+            "input_tokens": response.usage.input_tokens,
+            "output_tokens": response.usage.output_tokens,
+        },
+    }
+    if response.thinking:
+        answer["thinking"] = [dict(block) for block in response.thinking]
+    if response.incomplete:
+        answer["incomplete"] = response.incomplete
+    return answer
+
+
+_UNKNOWN_CHARGE = frozenset({"server", "timeout", "malformed"})
+"""Failed attempts the provider may have charged for: the run's usage is then incomplete."""
+
+
+def _retryable(error: BaseException) -> bool:
+    return isinstance(error, ModelError) and error.retryable
+
+
+class ModelCalls(DriverBase):
+    """The model side of a drive: ask, retry, fall back, stream, journal."""
+
+    def _spend(self, link: ModelLink, tokens_in: int, tokens_out: int) -> None:
+        """Count tokens an attempt cost, and their price, against the run."""
+        state, price = self.state, link.spec.price
+        state.tokens_in += tokens_in
+        state.tokens_out += tokens_out
+        state.usd += (
+            tokens_in * price.input_per_mtok + tokens_out * price.output_per_mtok
+        ) / 1_000_000
+
+    async def _ask_models(self) -> tuple[ModelLink, ModelResponse]:
+        """Ask the task's model, retrying and then falling back; every attempt is a turn.
+
+        A `rate_limit`, `server` or `timeout` error is retried `retries` times with the
+        provider's backoff (tenacity drives the attempts), while the waits fit in what is left
+        of the model's `retry_budget` for this run; each retry's failed attempt is committed
+        (`model.failed`) with its wait charged before the wait starts. Then, or at once for
+        another error, the next fallback model is asked. A `refusal` fails the run: another model
+        would not make the request acceptable.
+        """
+        from tenacity import AsyncRetrying, retry_if_exception
+
+        last: ModelError | None = None
+        for link in self.plan.models:
+            if link.provider.live and not live_models_allowed():
+                raise LiveModelBlocked(
+                    link.provider.name, link.name, getattr(link.provider, "blocked_hint", None)
+                )
+            clock = self._clock(link.name)
+            retry_clock = RetryClock(
+                link.provider,
+                attempts=link.spec.retries + 1,
+                budget=link.spec.retry_budget,
+                clock=clock,
+            )
+            retrying = AsyncRetrying(
+                stop=retry_clock.stop,
+                retry=retry_if_exception(_retryable),
+                wait=retry_clock.wait,
+                sleep=self._retry_sleep(clock),
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        response = await self._attempt(link)
+            except ModelError as exc:
+                clock.pop("call_failures", None)
+                last = exc
+                if retry_clock.spent is not None:
+                    why = budget_message(link.name, link.spec.retry_budget, retry_clock.spent)
+                    last = ModelError(exc.kind, f"{exc}; {why}", model=exc.model)
+                if exc.kind == "refusal":
+                    raise
+                continue
+            clock.pop("call_failures", None)
+            return link, response
+        assert last is not None
+        tried = ", ".join(link.name for link in self.plan.models)
+        raise ModelError(last.kind, f"every model failed (tried {tried}); last error: {last}")
+
+    async def _attempt(self, link: ModelLink) -> ModelResponse:
+        """One model attempt: a new request, a turn, and its answer or error in the record."""
+        state = self.state
+        arrived = asyncio.Event()
+        request = self._request(link, arrived)
+        if self._reset is not None:
+            self._announce(
+                EventDraft(
+                    "attempt_reset",
+                    {
+                        "attempt": request.attempt_id,
+                        "seq": 0,
+                        "model": link.name,
+                        "turn": request.turn,
+                        "reason": self._reset,
+                    },
+                )
+            )
+            self._reset = None
+        if self.journal.recording:
+            await self._start_attempt(link, request)
+        try:
+            if link.spec.first_event_timeout is None:
+                response: ModelResponse = await self._within_deadline(
+                    link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+                )
+            else:
+                response = await self._timed_attempt(link, request, arrived)
+        except _Deadline:
+            self._end_attempt(
+                "model.interrupted", link, {"reason": "the run's deadline passed during the call"}
+            )
+            raise
+        except ModelError as exc:
+            state.turns[link.name] = request.turn + 1
+            failed: dict[str, Any] = {"error": exc.kind, "message": str(exc)}
+            if exc.usage is not None:  # the failed answer said what it cost: count it
+                self._spend(link, *exc.usage)
+                failed["usage"] = {"input_tokens": exc.usage[0], "output_tokens": exc.usage[1]}
+            self._end_attempt("model.failed", link, failed)
+            self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
+            if exc.kind in _UNKNOWN_CHARGE and exc.usage is None:
+                state.usage_incomplete = True
+            if self._streamed == request.attempt_id:
+                self._reset = "retry"  # its text was streamed: the next attempt replaces it
+            raise
+        except Exception as exc:
+            self._end_attempt(
+                "model.failed", link, {"exception": type(exc).__name__, "message": str(exc)}
+            )
+            raise
+        state.turns[link.name] = request.turn + 1
+        self._end_attempt("model.response", link, {"answer": _answer(response)})
+        return response
+
+    async def _timed_attempt(
+        self, link: ModelLink, request: ModelRequest, arrived: asyncio.Event
+    ) -> ModelResponse:
+        """Ask the model, holding it to its `first_event_timeout`.
+
+        What an attempt that a stopped worker left unanswered already waited is taken off the
+        limit. The start and the first event are committed (`model.started`,
+        `model.first_event`), so that a resumed run knows how long the server has been silent.
+        """
+        state = self.state
+        limit = link.spec.first_event_timeout
+        assert limit is not None
+        waiting = state.waiting
+        carried = 0.0
+        if waiting is not None and waiting.get("model") == link.name:
+            carried = min(limit, float(waiting.get("carried", 0.0)))
+        state.waiting = {
+            "model": link.name,
+            "attempt": request.attempt_id,
+            "since": time.time(),
+            "carried": carried,
+        }
+        await self._commit([], phase=Boundary.MODEL_STARTED)
+        started = time.monotonic()
+        call = asyncio.ensure_future(
+            self._within_deadline(
+                link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+            )
+        )
+        outcome = await first_event(call, arrived, limit - carried)
+        state.waiting = None
+        if outcome is FirstEvent.NONE:
+            raise ModelError(
+                "timeout", first_event_message(link.name, limit, carried), model=link.name
+            )
+        clock = self._clock(link.name)
+        latency = round(carried + time.monotonic() - started, 6)
+        clock["first_event_last"] = latency
+        clock["first_event_slowest"] = max(clock.get("first_event_slowest", 0.0), latency)
+        if outcome is FirstEvent.STARTED:  # the reply has started and goes on: say so
+            try:
+                await self._commit([], phase=Boundary.MODEL_FIRST_EVENT)
+            except BaseException:
+                call.cancel()
+                raise
+        result: ModelResponse = await call
+        return result
+
+    def _clock(self, model: str) -> dict[str, float]:
+        """The retry and first-event figures of `model` in this run's state."""
+        return self.state.clocks.setdefault(model, {})
+
+    async def _start_attempt(self, link: ModelLink, request: ModelRequest) -> None:
+        """Commit `model.started` (the request, before the provider is called) with the state.
+
+        The state committed is the one the attempt starts from, so a worker that resumes after
+        a crash during the call asks again from the same point (with a new attempt id), and
+        the attempt it lost is journaled as `model.interrupted`.
+        """
+        content = request.content()
+        seen = comparable(content)  # one scan for the whole request and its parts
+        self.state.attempt = {"id": request.attempt_id, "model": link.name}
+        self.journal.note(
+            "model.started",
+            {
+                "model": link.name,
+                "turn": request.turn,
+                # digests of the redacted request, so golden files compare equal: whole,
+                # and part by part, so a replay can say which part changed
+                "digest": content_digest(seen),
+                "parts": {part: content_digest(seen[part]) for part in PARTS},
+                "request": self._request_delta(content) if self.ctx.keep_requests else None,
+            },
+            step=self.state.steps + 1,
+            attempt_id=request.attempt_id,
+        )
+        await self._commit([], phase=Boundary.MODEL_STARTED)
+
+    def _request_delta(self, content: dict[str, Any]) -> dict[str, Any]:
+        """The request as `model.started` keeps it: what changed since this drive's last one.
+
+        A run's messages only grow, so each request records the messages after
+        `messages_from` (the count the previous request of this drive had; 0 for a drive's
+        first request), and its system prompt and tool schemas only when they changed. The
+        journal stays linear in the run's length; `Recording.from_journal` rebuilds each
+        request whole.
+        """
+        messages = content["messages"]
+        sent = self._sent
+        start = sent[0] if sent is not None and sent[0] <= len(messages) else 0
+        delta: dict[str, Any] = {"messages_from": start, "messages": messages[start:]}
+        if sent is None or start == 0 or sent[1] != content["system"]:
+            delta["system"] = content["system"]
+        if sent is None or start == 0 or sent[2] != content["tools"]:
+            delta["tools"] = content["tools"]
+        self._sent = (len(messages), content["system"], content["tools"])
+        return delta
+
+    def _end_attempt(self, kind: str, link: ModelLink, payload: dict[str, Any]) -> None:
+        attempt = self.state.attempt
+        self.state.attempt = None
+        self.journal.note(
+            kind,
+            {"model": link.name, **payload},
+            step=self.state.steps + 1,
+            attempt_id=None if attempt is None else attempt.get("id"),
+        )
+        if attempt is not None:
+            self._last_attempt = attempt.get("id")
+
+    def _note_model(self, kind: str, link: ModelLink, payload: dict[str, Any]) -> None:
+        self.journal.note(
+            kind,
+            {"model": link.name, **payload},
+            step=self.state.steps,
+            attempt_id=self._last_attempt,
+        )
+
+    def _request(self, link: ModelLink, arrived: asyncio.Event) -> ModelRequest:
+        attempt_id = f"att_{uuid.uuid4().hex}"
+        run_id = self.record.run_id
+        hub = self.ctx.hub
+        # Providers stream when given `on_text`. In-process ones (scripted, function) get it
+        # always, at no cost; a live one only while a stream of this process follows the run,
+        # so nobody pays for streaming that nobody reads.
+        on_text = None
+        if not link.provider.live or (hub is not None and hub.watching(run_id)):
+            on_text = self._text_sink(attempt_id, arrived)
+        return ModelRequest(
+            task=self.plan.name,
+            model=link.name,
+            system=self.plan.spec.prompt,
+            messages=(*self.history, *self.state.messages),
+            tools=self.plan.schemas,
+            run_id=run_id,
+            turn=self.state.turns.get(link.name, 0),
+            input=self.record.input,
+            attempt_id=attempt_id,
+            on_text=on_text,
+            on_first_event=arrived.set,
+        )
+
+    def _text_sink(self, attempt_id: str, arrived: asyncio.Event) -> Callable[[str], None]:
+        """The `on_text` of one attempt: each piece becomes a `text_delta` event."""
+        seq = 0
+
+        def on_text(delta: str) -> None:
+            nonlocal seq
+            if not delta:
+                return
+            arrived.set()
+            seq += 1
+            self._streamed = attempt_id
+            self._announce(
+                EventDraft("text_delta", {"attempt": attempt_id, "seq": seq, "text": delta})
+            )
+
+        return on_text
+
+    def _announce(self, draft: EventDraft) -> None:
+        """Queue an event for the next commit and hand it to this process's streams now."""
+        self._pending.append(draft)
+        hub = self.ctx.hub
+        if hub is not None:
+            hub.provisional(self.record.run_id, draft)
+
+    async def _within_deadline(self, awaitable: Any, timeout: float | None, what: str) -> Any:
+        remaining = self._remaining()
+        if remaining is not None and remaining <= 0:
+            awaitable.close()
+            raise _Deadline
+        limits = [t for t in (remaining, timeout) if t is not None]
+        if not limits:
+            return await awaitable
+        try:
+            async with asyncio.timeout(min(limits)):
+                return await awaitable
+        except TimeoutError:
+            if remaining is not None and (timeout is None or remaining <= timeout):
+                raise _Deadline from None
+            raise ModelError("timeout", f"{what} did not answer within {timeout}s") from None
+
+    def _retry_sleep(self, clock: dict[str, float]) -> Callable[[float], Any]:
+        """Tenacity's `sleep` for one model: charge the wait to its clock, commit, then wait.
+
+        The failed attempt and the charged wait are committed before the wait starts, so a
+        worker that stops during it leaves the wait counted: a resumed run never gets it back.
+        """
+
+        async def sleep(seconds: float) -> None:
+            remaining = self._remaining()
+            if seconds > 0 and remaining is not None and seconds >= remaining:
+                raise _Deadline
+            clock["retry_waited"] = round(clock.get("retry_waited", 0.0) + seconds, 6)
+            clock["call_failures"] = clock.get("call_failures", 0) + 1
+            await self._commit([], phase=Boundary.MODEL_FAILED)
+            if seconds > 0:
+                await asyncio.sleep(seconds)
+
+        return sleep
