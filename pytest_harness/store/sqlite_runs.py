@@ -1,0 +1,390 @@
+"""The SQLite store's runs: creation, leases, fenced commits, control requests, listings, claims.
+
+Each write is one statement (`store.sqlite` says why); `commit` carries a boundary's events,
+approval requests and journal entries to the triggers that file them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from pytest_harness.errors import RunBusy, StoreError, UnknownRun
+from pytest_harness.store.base import (
+    EventDraft,
+    JournalDraft,
+    NewApproval,
+    NewRun,
+    RunRecord,
+    check_control,
+    encode_json,
+    stale_token,
+)
+from pytest_harness.store.sqlite_connection import SQLiteConnection
+from pytest_harness.store.sqlite_statements import (
+    _ACQUIRE,
+    _CLAIM,
+    _CLAIM_PICK,
+    _COMMIT,
+    _CONTROL,
+    _CREATE,
+    _RELEASE,
+    _RENEW,
+    _RUN,
+    _journal_json,
+    _loads,
+    _record,
+    _text,
+)
+
+__all__ = ["SQLiteRuns"]
+
+
+class SQLiteRuns(SQLiteConnection):
+    """Runs and their leases in a SQLite file."""
+
+    # -- runs ----------------------------------------------------------------------------
+
+    async def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
+        """Insert a run with its first events, or return the run its idempotency key names."""
+        what = f"run {run.run_id}"
+        principal = encode_json(run.principal, f"the principal of {what}")
+        labels = encode_json(run.labels, f"the labels of {what}")
+        state = encode_json(run.state, f"the state of {what}")
+        events = (
+            encode_json(
+                [{"kind": e.kind, "data": e.data} for e in run.events], f"the events of {what}"
+            )
+            if run.events
+            else None
+        )
+        journal = _journal_json(run.run_id, run.journal)
+        tenant_key = run.tenant or ""
+        status = _text(run.status)
+        now = time.time()
+        inserted = await self._q(
+            f"create {what}",
+            _CREATE,
+            (
+                run.run_id,
+                run.session_id,
+                run.task,
+                run.tenant,
+                tenant_key,
+                principal,
+                run.input,
+                labels,
+                run.idempotency_key,
+                status,
+                state,
+                now,
+                now,
+                events,
+                run.lease_owner,
+                1 if run.lease_owner is not None else 0,
+                now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
+                1 if run.record else 0,
+                journal,
+            ),
+            write=True,
+        )
+        if inserted:
+            record = RunRecord(
+                run_id=run.run_id,
+                session_id=run.session_id,
+                task=run.task,
+                tenant=run.tenant,
+                principal=_loads(principal),
+                input=run.input,
+                labels=_loads(labels),
+                idempotency_key=run.idempotency_key,
+                status=status,
+                state=_loads(state),
+                created_at=now,
+                updated_at=now,
+                lease_owner=run.lease_owner,
+                lease_token=1 if run.lease_owner is not None else 0,
+                lease_expires=now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
+                record=bool(run.record),
+            )
+            return record, True
+        rows = await self._q(
+            f"read the run of idempotency key {run.idempotency_key!r}",
+            f"SELECT {_RUN} FROM runs WHERE tenant_key = ? AND task = ? AND idempotency_key = ?",
+            (tenant_key, run.task, run.idempotency_key),
+        )
+        if not rows:  # pragma: no cover - rows are never deleted
+            raise StoreError(
+                f"sqlite store {self.path}: cannot create {what}: its idempotency key "
+                f"{run.idempotency_key!r} is taken, but no run holds it; retry"
+            )
+        return _record(rows[0]), False
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Return the stored run; `UnknownRun` when there is none."""
+        rows = await self._q(
+            f"read run {run_id}", f"SELECT {_RUN} FROM runs WHERE run_id = ?", (run_id,)
+        )
+        if not rows:
+            raise UnknownRun(run_id)
+        return _record(rows[0])
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def acquire_lease(self, run_id: str, owner: str, ttl: float) -> int:
+        """Take the lease unless another owner's is live; the new fencing token."""
+        if not ttl > 0:
+            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        what = f"take the lease of run {run_id}"
+        for _ in range(3):
+            now = time.time()
+            rows = await self._q(
+                what,
+                _ACQUIRE,
+                {"owner": owner, "expires": now + ttl, "run_id": run_id, "now": now},
+                write=True,
+            )
+            if rows:
+                return int(rows[0][0])
+            held = await self._q(
+                what, "SELECT lease_owner, lease_expires FROM runs WHERE run_id = ?", (run_id,)
+            )
+            if not held:
+                raise UnknownRun(run_id)
+            holder, expires = held[0]
+            now = time.time()
+            if holder is not None and expires is not None and expires > now:
+                raise RunBusy(run_id, holder, expires - now)
+            # The lease was released or expired between the two statements: try again.
+        raise StoreError(  # pragma: no cover - needs three lost races in a row
+            f"sqlite store {self.path}: cannot {what}: its lease kept changing hands; retry"
+        )
+
+    async def renew_lease(self, run_id: str, token: int, ttl: float) -> None:
+        """Extend the lease held with `token`; `StoreError` when it is stale or released."""
+        if not ttl > 0:
+            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        what = f"renew the lease of run {run_id}"
+        if await self._q(what, _RENEW, (time.time() + ttl, run_id, token), write=True):
+            return
+        await self._raise_stale(run_id, token)
+
+    async def release_lease(self, run_id: str, token: int) -> None:
+        """Give the lease up; nothing happens when `token` is stale."""
+        what = f"release the lease of run {run_id}"
+        if not await self._q(what, _RELEASE, (run_id, token), write=True):
+            await self._require_run(run_id)
+
+    async def _raise_stale(self, run_id: str, token: int) -> None:
+        rows = await self._q(
+            f"read run {run_id}",
+            "SELECT lease_token, lease_owner FROM runs WHERE run_id = ?",
+            (run_id,),
+        )
+        if not rows:
+            raise UnknownRun(run_id)
+        raise stale_token(run_id, token, rows[0][0], rows[0][1])
+
+    # -- commits and control -------------------------------------------------------------
+
+    async def commit(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        status: str,
+        state: Mapping[str, Any],
+        events: Sequence[EventDraft] = (),
+        approvals: Sequence[NewApproval] = (),
+        lease_ttl: float | None = None,
+        release: bool = False,
+        clear_control: str | None = None,
+        journal: Sequence[JournalDraft] = (),
+    ) -> str | None:
+        """Write status, state, events, approvals and journal in one fenced statement.
+
+        Return the pending control request as of the write (cleared when it is `clear_control`).
+        """
+        state_json = encode_json(state, f"the state of run {run_id}")
+        events_json = (
+            encode_json(
+                [{"kind": e.kind, "data": e.data} for e in events], f"the events of run {run_id}"
+            )
+            if events
+            else None
+        )
+        approvals_json = (
+            encode_json(
+                [
+                    {
+                        "approval_id": a.approval_id,
+                        "execution_key": a.execution_key,
+                        "args_digest": a.args_digest,
+                        "tool": a.tool,
+                        "args": a.args,
+                        "rule_id": a.rule_id,
+                        "approvers": a.approvers,
+                        "requested_by": a.requested_by,
+                        "self_approve": bool(a.self_approve),
+                    }
+                    for a in approvals
+                ],
+                f"approval requests of run {run_id}",
+            )
+            if approvals
+            else None
+        )
+        now = time.time()
+        expires = None if lease_ttl is None else now + lease_ttl
+        params = {
+            "status": _text(status),
+            "state": state_json,
+            "now": now,
+            "events": events_json,
+            "approvals": approvals_json,
+            "journal": _journal_json(run_id, journal),
+            "expires": expires,
+            "run_id": run_id,
+            "token": token,
+            "release": release,
+            "clear_control": clear_control,
+        }
+        try:
+            written = await self._q(f"commit run {run_id}", _COMMIT, params, write=True)
+        except StoreError as exc:
+            if approvals and isinstance(exc.__cause__, sqlite3.IntegrityError):
+                await self._raise_taken(run_id, [a.approval_id for a in approvals])
+            raise
+        if not written:
+            await self._raise_stale(run_id, token)
+        control: str | None = written[0][0]
+        return control
+
+    async def request_control(
+        self, run_id: str, control: str, *, statuses: Collection[str]
+    ) -> RunRecord:
+        """Ask the run's driver to pause or cancel it (a pending cancel is kept)."""
+        check_control(control)
+        wanted = encode_json([_text(s) for s in statuses], "run statuses")
+        rows = await self._q(
+            f"request {control} of run {run_id}",
+            _CONTROL,
+            {"control": control, "now": time.time(), "run_id": run_id, "wanted": wanted},
+            write=True,
+        )
+        if rows:
+            return _record(rows[0])
+        return await self.get_run(run_id)
+
+    async def _raise_taken(self, run_id: str, approval_ids: list[str]) -> None:
+        """Name the approval id that made a commit fail, if one is already taken."""
+        marks = ", ".join("?" * len(approval_ids))
+        rows = await self._q(
+            f"commit run {run_id}",
+            f"SELECT approval_id FROM approvals WHERE approval_id IN ({marks})",
+            approval_ids,
+        )
+        taken = {row[0] for row in rows}
+        seen: set[str] = set()
+        for approval_id in approval_ids:
+            if approval_id in taken or approval_id in seen:
+                raise StoreError(
+                    f"sqlite store {self.path}: cannot commit run {run_id}: approval "
+                    f"{approval_id!r} already exists; nothing was written"
+                )
+            seen.add(approval_id)
+
+    # -- listings and claims -------------------------------------------------------------
+
+    async def session_runs(self, session_id: str, *, before: str | None = None) -> list[RunRecord]:
+        """Return the session's runs in creation order; with `before`, those created before it."""
+        what = f"read the runs of session {session_id}"
+        if before is None:
+            rows = await self._q(
+                what,
+                f"SELECT {_RUN} FROM runs WHERE session_id = ? ORDER BY seq",
+                (session_id,),
+            )
+        else:
+            rows = await self._q(
+                what,
+                f"SELECT {_RUN} FROM runs WHERE session_id = ? "
+                "AND seq < (SELECT seq FROM runs WHERE run_id = ?) ORDER BY seq",
+                (session_id, before),
+            )
+            if not rows:
+                await self._require_run(before)
+        return [_record(row) for row in rows]
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        task: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Return runs, newest first, filtered by status, task and tenant."""
+        if limit < 0:
+            raise ValueError(f"limit must be zero or more, got {limit}")
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("status", status), ("task", task), ("tenant", tenant)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(_text(value))
+        sql = f"SELECT {_RUN} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        params.append(limit)
+        return [_record(row) for row in await self._q("list runs", sql, params)]
+
+    async def claim_run(
+        self,
+        owner: str,
+        ttl: float,
+        *,
+        tasks: Collection[str],
+        exclude: Collection[str] = (),
+        now: float | None = None,
+        grace: float = 0.0,
+    ) -> tuple[RunRecord, float | None] | None:
+        """Lease the oldest claimable run of `tasks` to `owner`; or None.
+
+        The pick is read first, then taken by one `UPDATE` that checks again that it is
+        claimable (SQLite serializes writers, so a run is never taken twice).
+        """
+        if not ttl > 0:
+            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
+        for _ in range(10):
+            params = {
+                "owner": owner,
+                "expires": time.time() + ttl,
+                "now": time.time() if now is None else now,
+                "tasks": encode_json([_text(t) for t in tasks], "task names"),
+                "exclude": encode_json(list(exclude), "run ids"),
+                "grace": grace,
+            }
+            picked = await self._q("claim an interrupted run", _CLAIM_PICK, params)
+            if not picked:
+                return None
+            params["seq"], previous = picked[0]
+            rows = await self._q("claim an interrupted run", _CLAIM, params, write=True)
+            if rows:
+                return _record(rows[0]), previous
+        raise StoreError(  # pragma: no cover - needs ten lost races in a row
+            f"sqlite store {self.path}: cannot claim a run: other workers kept taking them; retry"
+        )
+
+    async def expired_runs(self, *, now: float | None = None) -> list[str]:
+        """Ids of `running` runs whose lease expired or that nobody holds, oldest first."""
+        rows = await self._q(
+            "list expired runs",
+            "SELECT run_id FROM runs WHERE status = 'running' AND (lease_owner IS NULL "
+            "OR lease_expires IS NULL OR lease_expires <= ?) ORDER BY seq",
+            (time.time() if now is None else now,),
+        )
+        return [row[0] for row in rows]

@@ -1,0 +1,184 @@
+"""The SQLite store's write and read statements, and the decoding of the rows they return.
+
+Each runtime write is one of these statements (see `store.sqlite`: one statement per write,
+atomic together with its triggers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_harness.store.base import (
+    JOURNAL_FORMAT,
+    ApprovalRow,
+    JournalDraft,
+    JournalEntry,
+    RunRecord,
+    encode_json,
+)
+
+_Row = tuple[Any, ...]
+_loads = json.loads
+
+_MAX_ID = 2**63 - 1
+"""The largest SQLite integer; a cursor beyond it reads nothing."""
+
+_RUN = (
+    "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
+    "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control, record"
+)
+_JOURNAL = "id, seq, session_id, run_id, step, attempt_id, ts, execution_key, kind, payload"
+_APPROVAL = (
+    "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
+    "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"
+)
+
+_CREATE = (
+    "INSERT INTO runs (run_id, session_id, task, tenant, tenant_key, principal, input, labels, "
+    "idempotency_key, status, state, created_at, updated_at, pending_events, lease_owner, "
+    "lease_token, lease_expires, record, pending_journal) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING seq"
+)
+_COMMIT = (
+    "UPDATE runs SET status = :status, state = :state, updated_at = :now, "
+    "pending_events = :events, pending_approvals = :approvals, pending_journal = :journal, "
+    "lease_expires = CASE WHEN :release THEN NULL "
+    "WHEN :expires IS NULL OR lease_owner IS NULL THEN lease_expires ELSE :expires END, "
+    "lease_owner = CASE WHEN :release THEN NULL ELSE lease_owner END, "
+    "control = CASE WHEN control = :clear_control THEN NULL ELSE control END "
+    "WHERE run_id = :run_id AND lease_token = :token RETURNING control"
+)
+_CONTROL = (
+    "UPDATE runs SET control = CASE WHEN control = 'cancel' THEN 'cancel' ELSE :control END, "
+    "updated_at = :now "
+    f"WHERE run_id = :run_id AND status IN (SELECT value FROM json_each(:wanted)) RETURNING {_RUN}"
+)
+_ACQUIRE = (
+    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = :owner, lease_expires = :expires "
+    "WHERE run_id = :run_id AND (lease_owner IS NULL OR lease_owner = :owner "
+    "OR lease_expires IS NULL OR lease_expires <= :now) RETURNING lease_token"
+)
+_CLAIMABLE = (
+    "(r.lease_owner IS NULL OR r.lease_expires IS NULL OR r.lease_expires <= :now) "
+    "AND r.task IN (SELECT value FROM json_each(:tasks)) "
+    "AND r.run_id NOT IN (SELECT value FROM json_each(:exclude)) "
+    "AND (r.status = 'running' OR (r.status = 'awaiting_approval' "
+    "AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.run_id = r.run_id "
+    "AND p.status = 'pending' AND NOT EXISTS (SELECT 1 FROM approvals d "
+    "WHERE d.run_id = p.run_id AND d.execution_key = p.execution_key "
+    "AND d.status = 'decline')) "
+    "AND (SELECT max(a.decided_at) FROM approvals a WHERE a.run_id = r.run_id) "
+    "<= :now - :grace))"
+)
+"""A run `claim_run` may take: `running` with no live lease, or `awaiting_approval` with every
+approval answered (none open: a request pending for a call another request declined is moot;
+at least one answered: `max` of none is NULL) long enough ago."""
+_CLAIM_PICK = (
+    f"SELECT r.seq, CASE WHEN r.lease_owner IS NULL THEN NULL ELSE r.lease_expires END "
+    f"FROM runs r WHERE {_CLAIMABLE} ORDER BY r.seq LIMIT 1"
+)
+_CLAIM = (
+    "UPDATE runs SET lease_token = lease_token + 1, lease_owner = :owner, "
+    f"lease_expires = :expires WHERE seq = :seq AND seq IN (SELECT r.seq FROM runs r "
+    f"WHERE {_CLAIMABLE}) RETURNING {_RUN}"
+)
+"""Take the picked run, if it is still claimable (another writer may have taken it since)."""
+_RENEW = (
+    "UPDATE runs SET lease_expires = ? "
+    "WHERE run_id = ? AND lease_token = ? AND lease_owner IS NOT NULL RETURNING 1"
+)
+_RELEASE = (
+    "UPDATE runs SET lease_owner = NULL, lease_expires = NULL "
+    "WHERE run_id = ? AND lease_token = ? RETURNING 1"
+)
+_DECIDE = (
+    "UPDATE approvals SET status = ?, approver = ?, approver_roles = ?, reason = ?, "
+    "decided_at = ?, pending_event = ?, pending_journal = ? "
+    f"WHERE approval_id = ? AND run_id = ? AND status = 'pending' RETURNING {_APPROVAL}"
+)
+
+
+def _text(value: str) -> str:
+    """Return a plain `str` for `value` (a `str` Enum member gives its value)."""
+    return value if type(value) is str else str.__str__(value)
+
+
+def _record(row: _Row) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        session_id=row[1],
+        task=row[2],
+        tenant=row[3],
+        principal=_loads(row[4]),
+        input=row[5],
+        labels=_loads(row[6]),
+        idempotency_key=row[7],
+        status=row[8],
+        state=_loads(row[9]),
+        created_at=row[10],
+        updated_at=row[11],
+        lease_owner=row[12],
+        lease_token=row[13],
+        lease_expires=row[14],
+        control=row[15],
+        record=bool(row[16]),
+    )
+
+
+def _journal_json(run_id: str, drafts: Sequence[JournalDraft]) -> str | None:
+    if not drafts:
+        return None
+    return encode_json(
+        [
+            {
+                "id": d.id,
+                "kind": d.kind,
+                "step": d.step,
+                "ts": d.ts,
+                "attempt_id": d.attempt_id,
+                "execution_key": d.execution_key,
+                "payload": d.payload,
+            }
+            for d in drafts
+        ],
+        f"the journal of run {run_id}",
+    )
+
+
+def _entry(row: _Row) -> JournalEntry:
+    return JournalEntry(
+        id=row[0],
+        seq=row[1],
+        format=JOURNAL_FORMAT,
+        session_id=row[2],
+        run_id=row[3],
+        step=row[4],
+        attempt_id=row[5],
+        ts=row[6],
+        execution_key=row[7],
+        kind=row[8],
+        payload=_loads(row[9]),
+    )
+
+
+def _approval(row: _Row) -> ApprovalRow:
+    return ApprovalRow(
+        approval_id=row[0],
+        run_id=row[1],
+        execution_key=row[2],
+        args_digest=row[3],
+        tool=row[4],
+        args=_loads(row[5]),
+        rule_id=row[6],
+        approvers=tuple(_loads(row[7])),
+        requested_by=row[8],
+        self_approve=bool(row[9]),
+        status=row[10],
+        approver=row[11],
+        approver_roles=tuple(_loads(row[12])),
+        reason=row[13],
+        decided_at=row[14],
+    )
