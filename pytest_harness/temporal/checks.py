@@ -13,7 +13,7 @@ from typing import Any
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from pytest_harness.errors import HarnessError, ResolutionError
-from pytest_harness.runtime.harness import (
+from pytest_harness.runtime.approval_checks import (
     _check_approver,
     _check_binding,
     _check_resolvable,

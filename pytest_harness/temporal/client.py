@@ -40,7 +40,9 @@ from pytest_harness.errors import (
 )
 from pytest_harness.models.base import Message
 from pytest_harness.recording.model import Recording
-from pytest_harness.runtime.harness import _UNSET, Harness, RunHandle, _moot
+from pytest_harness.runtime.approval_checks import _moot
+from pytest_harness.runtime.harness import Harness, RunHandle
+from pytest_harness.runtime.harness_control import _UNSET
 from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary

@@ -1,0 +1,386 @@
+"""The state of a `Harness` and the driving of its runs: creation, leases, continuation.
+
+`HarnessBase` holds what the public methods of `runtime.harness.Harness` share: the spec,
+plans and store, the lifecycle of the store, and the internals that create a run and drive it
+under this worker's lease (`_create`, `_drive`, `_continue`). `EndedRuns` is the seam to the
+online evals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+import warnings
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from pytest_harness.errors import RecordingError, RunBusy, StoreError, UnknownTask
+from pytest_harness.models.base import Message
+from pytest_harness.plugins import notify_checkpoint
+from pytest_harness.runtime.approval_checks import _check_resolvable, _moot, _result
+from pytest_harness.runtime.boundaries import Boundary
+from pytest_harness.runtime.engine import DriveContext, Driver
+from pytest_harness.runtime.events import EventHub
+from pytest_harness.runtime.journal import draft
+from pytest_harness.runtime.plan import Plans, TaskPlan
+from pytest_harness.runtime.principal import Principal, as_principal
+from pytest_harness.runtime.results import RunResult, RunStatus
+from pytest_harness.runtime.state import RunState, call_approvals
+from pytest_harness.spec.spec import Spec
+from pytest_harness.store.base import EventDraft, NewRun, RunRecord, Store
+
+__all__ = ["EndedRuns", "HarnessBase"]
+
+
+class EndedRuns(Protocol):
+    """The seam through which the runtime tells the online evals (`evals/`) about runs it ends.
+
+    `ended` is called with the result of every run this harness drives to an end, and must
+    return at once without raising (the grading happens in the background); `flush` waits for
+    the work `ended` started.
+    """
+
+    def ended(self, result: RunResult) -> None:
+        """A run this harness drove has ended."""
+
+    async def flush(self) -> None:
+        """Wait for the work started by `ended` so far."""
+
+
+class HarnessBase:
+    """The state and internals of a `Harness`: its store's lifecycle and the driving of runs."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        plans: Plans,
+        store: Store,
+        *,
+        tasks: Mapping[str, TaskPlan] | None = None,
+        record: bool | None = None,
+        keep_requests: bool = True,
+        evals: EndedRuns | None = None,
+    ) -> None:
+        self.spec = spec
+        self.plans = plans
+        self.store = store
+        self.record = spec.document.state.record if record is None else record
+        """Whether new runs are recorded (`state.record`, or `load(..., record=...)`).
+
+        A run in an existing session keeps the session's saved setting; one given explicitly
+        (`record=` here or at load) that conflicts with it is refused with `RecordingError`.
+        """
+        self._record_explicit = record is not None
+        self._tasks = tasks
+        self._keep_requests = keep_requests
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._opened = False
+        self._closed = False
+        self._background: set[asyncio.Task[RunResult]] = set()
+        self._hub = EventHub()
+        self._driving: set[str] = set()
+        """Runs a task of this harness drives now (its lease may look expired on memory)."""
+        self.evals = evals
+        """The online evals told about every run this harness ends (None: no graders)."""
+        self._stopping = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Wait for submitted runs to stop and pending eval grades to be stored; close the store."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if self.evals is not None:
+            await self.evals.flush()
+        if self._opened:
+            await self.store.close()
+
+    def __del__(self) -> None:
+        if self._opened and not self._closed:
+            warnings.warn(
+                f"Harness for {self.spec.path} was never closed; use `async with load(...)` "
+                "or `await harness.aclose()`",
+                ResourceWarning,
+                stacklevel=1,
+            )
+
+    async def _open(self) -> None:
+        if self._closed:
+            from pytest_harness.errors import HarnessError
+
+            raise HarnessError(f"this Harness for {self.spec.path} is closed")
+        if not self._opened:
+            await self.store.open()
+            self._opened = True
+
+    # -- results -------------------------------------------------------------------------
+
+    async def result(self, run_id: str) -> RunResult:
+        """Read a run's result from the store (no memory of this process needed)."""
+        await self._open()
+        record = await self.store.get_run(run_id)
+        answered: frozenset[str] = frozenset()
+        if record.status in (RunStatus.AWAITING_APPROVAL.value, RunStatus.PAUSED.value):
+            rows = await self.store.approvals(run_id)
+            answered = frozenset(r.approval_id for r in rows if r.status != "pending")
+            answered |= _moot(rows)
+        return _result(record, answered)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _plan(self, task: str) -> TaskPlan:
+        tasks = self._tasks if self._tasks is not None else self.plans.tasks
+        plan = tasks.get(task)
+        if plan is None:
+            raise UnknownTask(task, list(tasks))
+        return plan
+
+    async def _create(
+        self,
+        task: str,
+        input: str,
+        principal: Principal | str,
+        tenant: str | None,
+        session_id: str | None,
+        labels: Mapping[str, str] | None,
+        idempotency_key: str | None,
+        *,
+        history: list[Message] | None = None,
+    ) -> tuple[RunRecord, bool, list[Message]]:
+        """Create a run; return it, whether it is new, and its session's earlier conversation.
+
+        In an existing session, the run takes the session's recording setting (saved with its
+        first run); `history` replaces the conversation read from the session (replays).
+        """
+        plan = self._plan(task)
+        if not isinstance(input, str):
+            raise TypeError(f"input must be a string, got {type(input).__name__}")
+        who = as_principal(principal)
+        plan.check_live()
+        await self._open()
+        run_id = f"run_{uuid.uuid4().hex}"
+        merged_labels = {**plan.spec.labels, **(labels or {})}
+        record = self.record
+        earlier: list[RunRecord] = []
+        if session_id is not None:
+            earlier = await self.store.session_runs(session_id)
+            if earlier:
+                record = self._session_record(session_id, earlier[0].record)
+        if history is None:
+            history = [
+                message
+                for run in earlier
+                if run.status == RunStatus.COMPLETED.value
+                for message in run.state.get("messages") or []
+            ]
+        tenant_ = tenant if tenant is not None else who.tenant
+        journal = []
+        if record:
+            started = {
+                "task": task,
+                "input": input,
+                "principal": who.to_dict(),
+                "tenant": tenant_,
+                "labels": merged_labels,
+                "idempotency_key": idempotency_key,
+                "spec": self.spec.document.name,
+                "spec_digest": self.spec.digest,
+                "history": list(history),
+                # kept once: every request of the run has this prompt and these schemas
+                "system": plan.spec.prompt,
+                "tool_schemas": [
+                    {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+                    for t in plan.schemas
+                ],
+            }
+            journal.append(draft("run.started", started, step=0))
+        stored, created = await self.store.create_run(
+            NewRun(
+                run_id=run_id,
+                session_id=session_id or f"ses_{uuid.uuid4().hex}",
+                task=task,
+                tenant=tenant_,
+                principal=who.to_dict(),
+                input=input,
+                labels=merged_labels,
+                idempotency_key=idempotency_key,
+                status=RunStatus.RUNNING.value,
+                state=RunState().to_dict(),
+                events=[EventDraft("run_started", {"task": task})],
+                record=record,
+                journal=journal,
+                lease_owner=self.owner,
+                lease_ttl=self.spec.document.state.lease,
+            )
+        )
+        if created:
+            notify_checkpoint(
+                session_id=stored.session_id,
+                run_id=stored.run_id,
+                status=stored.status,
+                phase=Boundary.RUN_STARTED.value,
+            )
+        return stored, created, history
+
+    def _session_record(self, session_id: str, saved: bool) -> bool:
+        """The recording setting of a new run in a session that saved `saved`."""
+        if saved == self.record or not self._record_explicit:
+            return saved
+        raise RecordingError(
+            f"session {session_id} {'records' if saved else 'does not record'}; this harness "
+            f"was loaded with record={self.record}, which conflicts with the setting the "
+            "session saved; omit record= to inherit it, or start a new session"
+        )
+
+    async def _drive(
+        self,
+        record: RunRecord,
+        *,
+        created: bool = False,
+        claimed: bool = False,
+        previous_expiry: float | None = None,
+        history: list[Message] | None = None,
+        control_only: bool = False,
+        resolution: tuple[str, str, Any, str | None] | None = None,
+    ) -> RunResult:
+        """Drive a run under this worker's lease until it ends or suspends.
+
+        A run this worker has just `created` (token 1) or `claimed` already holds its lease,
+        and its record is current; any other is leased here and read again, for what its
+        previous holder committed (`RunBusy` when another worker, or another task of this
+        harness, drives it). The driver's last commit
+        releases the lease; if it never gets there, the lease is released here. `history` is
+        the session's earlier conversation (read from the store when None). With
+        `control_only`, only a pending pause or cancel request is acted on; `resolution`
+        (`key, how, value, by`) settles an uncertain call first. A control request that
+        arrives with the drive's last commit is acted on before returning.
+        """
+        plan = self._plan(record.task)
+        store = self.store
+        run_id = record.run_id
+        lease = self.spec.document.state.lease
+        if run_id in self._driving:
+            raise RunBusy(run_id, self.owner, max(0.0, (record.lease_expires or 0) - time.time()))
+        # The previous holder renewed its lease last at about `lease_expires - lease` (for a
+        # claimed run, the expiry it had before the claim).
+        expiry = previous_expiry if claimed else record.lease_expires
+        last_alive = None if expiry is None else expiry - lease
+        self._driving.add(run_id)
+        try:
+            token = record.lease_token
+            if not created and not claimed:
+                token = await store.acquire_lease(run_id, self.owner, lease)
+            driver: Driver | None = None
+            try:
+                if not created and not claimed:
+                    record = await store.get_run(run_id)
+                interrupted = not created and record.status == RunStatus.RUNNING.value
+                was_ended = RunStatus(record.status).ended
+                ctx = DriveContext(
+                    store=store,
+                    owner=self.owner,
+                    lease=lease,
+                    renew=store.kind != "memory",
+                    keep_requests=self._keep_requests,
+                    spec_digest=self.spec.digest,
+                    hub=self._hub,
+                    stopping=lambda: self._stopping,
+                )
+                try:
+                    driver = Driver(
+                        ctx,
+                        plan,
+                        record,
+                        token,
+                        interrupted=interrupted,
+                        last_alive=last_alive,
+                        resumed=not created,
+                    )
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise StoreError(
+                        f"run {run_id}: its stored state cannot be read "
+                        f"({type(exc).__name__}: {exc}); the store was changed by something "
+                        "other than pytest-harness, or is damaged"
+                    ) from exc
+                result = await self._continue(driver, record, history, control_only, resolution)
+            finally:
+                if driver is None or not driver.released:
+                    await store.release_lease(run_id, token)
+        finally:
+            self._driving.discard(run_id)
+            self._hub.committed(run_id)  # streams re-read: a driver that failed ends them
+        assert driver is not None  # only an exception leaves it unset
+        if driver.released and driver.control is not None and not result.status.ended:
+            # A pause or cancel arrived with the commit that suspended the run.
+            return await self._settle_control(run_id)
+        if self.evals is not None and result.status.ended and not was_ended:
+            self.evals.ended(result)  # graded in the background, outside the run's path
+        return result
+
+    async def _continue(
+        self,
+        driver: Driver,
+        record: RunRecord,
+        history: list[Message] | None,
+        control_only: bool,
+        resolution: tuple[str, str, Any, str | None] | None,
+    ) -> RunResult:
+        """The part of `_drive` that runs under the lease."""
+        if resolution is not None:
+            _check_resolvable(record, resolution[0])  # a racing resolver may have settled it
+        status = RunStatus(record.status)
+        if status.ended:
+            return _result(record)
+        calls = driver.state.calls
+        if status in (RunStatus.AWAITING_APPROVAL, RunStatus.PAUSED) and any(
+            call_approvals(c) and c.get("decision") is None for c in calls
+        ):
+            decided = {
+                row.approval_id: row
+                for row in await self.store.approvals(record.run_id)
+                if row.status != "pending"
+            }
+            driver.apply_decisions(decided)
+        if resolution is not None:
+            key, how, value, by = resolution
+            driver.resolve(key, how, value=value, by=by)
+            if status is RunStatus.PAUSED and driver.control != "cancel":
+                return await driver.checkpoint(RunStatus.PAUSED)
+            await driver.checkpoint(RunStatus.RUNNING)
+        elif driver.control is None:
+            if control_only:
+                return _result(record)
+            if status is RunStatus.AWAITING_APPROVAL and any(
+                c.get("verdict") == "approve" and c.get("decision") is None for c in calls
+            ):
+                return _result(record)
+            if status is RunStatus.AWAITING_RESOLUTION and any(
+                c.get("status") == "uncertain" for c in calls
+            ):
+                return _result(record)
+        if driver.control is not None:
+            return await driver.stop()
+        if history is None:
+            history = await self._history(record)
+        return await driver.drive(history)
+
+    async def _history(self, record: RunRecord) -> list[Message]:
+        """The messages of the session's earlier completed runs."""
+        history: list[Message] = []
+        for earlier in await self.store.session_runs(record.session_id, before=record.run_id):
+            if earlier.status == RunStatus.COMPLETED.value:
+                history.extend(earlier.state.get("messages") or [])
+        return history
+
+    async def _settle_control(self, run_id: str) -> RunResult:
+        """Pause or cancel a run nobody drives, under this worker's lease."""
+        try:
+            return await self._drive(await self.store.get_run(run_id), control_only=True)
+        except RunBusy:  # a worker took it meanwhile: it acts on the request itself
+            return await self.result(run_id)
