@@ -234,7 +234,7 @@ class Worker:
 def add_worker_command(
     parser: argparse.ArgumentParser, spec_and_env: Callable[[argparse.ArgumentParser], None]
 ) -> None:
-    """Add the arguments of `pytest-harness worker` to its parser (`cli.py` wires it in)."""
+    """Add the arguments of `pytest-harness worker` to its parser (`cli_parser.py` wires it in)."""
     spec_and_env(parser)
     parser.add_argument(
         "--concurrency", metavar="N", type=_positive_int, default=1, help="runs driven at once"

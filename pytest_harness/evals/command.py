@@ -1,4 +1,4 @@
-"""`pytest-harness eval report`: its arguments and what it does, for `cli.py` to wire in.
+"""`pytest-harness eval report`: its arguments and what it does, for `cli_parser.py` to wire in.
 
 Exit codes: 0 when every pass rate is at least `--min-pass` (or none is asked for), and with a
 note when the window holds no samples; 1 when a pass rate is below `--min-pass`.
