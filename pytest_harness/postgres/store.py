@@ -57,11 +57,20 @@ from pytest_harness.store.base import (
     parse_cursor,
     stale_token,
 )
+from pytest_harness.store.rows import (
+    approval_from_row,
+    journal_json,
+    list_runs_query,
+    record_from_row,
+)
 
 __all__ = ["PostgresStore", "redact_dsn"]
 
 _Row = tuple[Any, ...]
 _loads = json.loads
+_record = record_from_row
+_journal_json = journal_json
+_approval = approval_from_row
 _MAX_ID = 2**63 - 1
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -79,68 +88,6 @@ def redact_dsn(dsn: str) -> str:
 
 def _text(value: str) -> str:
     return value if type(value) is str else str.__str__(value)
-
-
-def _record(row: _Row) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        session_id=row[1],
-        task=row[2],
-        tenant=row[3],
-        principal=_loads(row[4]),
-        input=row[5],
-        labels=_loads(row[6]),
-        idempotency_key=row[7],
-        status=row[8],
-        state=_loads(row[9]),
-        created_at=row[10],
-        updated_at=row[11],
-        lease_owner=row[12],
-        lease_token=row[13],
-        lease_expires=row[14],
-        control=row[15],
-        record=bool(row[16]),
-    )
-
-
-def _journal_json(run_id: str, drafts: Sequence[JournalDraft]) -> str | None:
-    if not drafts:
-        return None
-    return encode_json(
-        [
-            {
-                "id": d.id,
-                "kind": d.kind,
-                "step": d.step,
-                "ts": d.ts,
-                "attempt_id": d.attempt_id,
-                "execution_key": d.execution_key,
-                "payload": d.payload,
-            }
-            for d in drafts
-        ],
-        f"the journal of run {run_id}",
-    )
-
-
-def _approval(row: _Row) -> ApprovalRow:
-    return ApprovalRow(
-        approval_id=row[0],
-        run_id=row[1],
-        execution_key=row[2],
-        args_digest=row[3],
-        tool=row[4],
-        args=_loads(row[5]),
-        rule_id=row[6],
-        approvers=tuple(_loads(row[7])),
-        requested_by=row[8],
-        self_approve=bool(row[9]),
-        status=row[10],
-        approver=row[11],
-        approver_roles=tuple(_loads(row[12])),
-        reason=row[13],
-        decided_at=row[14],
-    )
 
 
 def _events_json(events: Sequence[EventDraft], what: str) -> str | None:
@@ -705,19 +652,9 @@ class PostgresStore:
         limit: int = 100,
     ) -> list[RunRecord]:
         """Return runs, newest first, filtered by status, task and tenant."""
-        if limit < 0:
-            raise ValueError(f"limit must be zero or more, got {limit}")
-        where: list[str] = []
-        params: list[Any] = []
-        for column, value in (("status", status), ("task", task), ("tenant", tenant)):
-            if value is not None:
-                where.append(f"{column} = %s")
-                params.append(_text(value))
-        query = f"SELECT {q.RUN} FROM runs"
-        if where:
-            query += " WHERE " + " AND ".join(where)
-        query += " ORDER BY seq DESC LIMIT %s"
-        params.append(limit)
+        query, params = list_runs_query(
+            q.RUN, "%s", status=status, task=task, tenant=tenant, limit=limit
+        )
         return [_record(row) for row in await self._q("list runs", query, params)]
 
     async def events(

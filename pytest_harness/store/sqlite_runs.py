@@ -22,6 +22,7 @@ from pytest_harness.store.base import (
     encode_json,
     stale_token,
 )
+from pytest_harness.store.rows import list_runs_query
 from pytest_harness.store.sqlite_connection import SQLiteConnection
 from pytest_harness.store.sqlite_statements import (
     _ACQUIRE,
@@ -327,19 +328,9 @@ class SQLiteRuns(SQLiteConnection):
         limit: int = 100,
     ) -> list[RunRecord]:
         """Return runs, newest first, filtered by status, task and tenant."""
-        if limit < 0:
-            raise ValueError(f"limit must be zero or more, got {limit}")
-        where: list[str] = []
-        params: list[Any] = []
-        for column, value in (("status", status), ("task", task), ("tenant", tenant)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(_text(value))
-        sql = f"SELECT {_RUN} FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY seq DESC LIMIT ?"
-        params.append(limit)
+        sql, params = list_runs_query(
+            _RUN, "?", status=status, task=task, tenant=tenant, limit=limit
+        )
         return [_record(row) for row in await self._q("list runs", sql, params)]
 
     async def claim_run(

@@ -7,17 +7,13 @@ atomic together with its triggers).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from pytest_harness.store.base import (
     JOURNAL_FORMAT,
-    ApprovalRow,
-    JournalDraft,
     JournalEntry,
-    RunRecord,
-    encode_json,
 )
+from pytest_harness.store.rows import approval_from_row, journal_json, record_from_row
 
 _Row = tuple[Any, ...]
 _loads = json.loads
@@ -106,46 +102,9 @@ def _text(value: str) -> str:
     return value if type(value) is str else str.__str__(value)
 
 
-def _record(row: _Row) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        session_id=row[1],
-        task=row[2],
-        tenant=row[3],
-        principal=_loads(row[4]),
-        input=row[5],
-        labels=_loads(row[6]),
-        idempotency_key=row[7],
-        status=row[8],
-        state=_loads(row[9]),
-        created_at=row[10],
-        updated_at=row[11],
-        lease_owner=row[12],
-        lease_token=row[13],
-        lease_expires=row[14],
-        control=row[15],
-        record=bool(row[16]),
-    )
-
-
-def _journal_json(run_id: str, drafts: Sequence[JournalDraft]) -> str | None:
-    if not drafts:
-        return None
-    return encode_json(
-        [
-            {
-                "id": d.id,
-                "kind": d.kind,
-                "step": d.step,
-                "ts": d.ts,
-                "attempt_id": d.attempt_id,
-                "execution_key": d.execution_key,
-                "payload": d.payload,
-            }
-            for d in drafts
-        ],
-        f"the journal of run {run_id}",
-    )
+_record = record_from_row
+_journal_json = journal_json
+_approval = approval_from_row
 
 
 def _entry(row: _Row) -> JournalEntry:
@@ -161,24 +120,4 @@ def _entry(row: _Row) -> JournalEntry:
         execution_key=row[7],
         kind=row[8],
         payload=_loads(row[9]),
-    )
-
-
-def _approval(row: _Row) -> ApprovalRow:
-    return ApprovalRow(
-        approval_id=row[0],
-        run_id=row[1],
-        execution_key=row[2],
-        args_digest=row[3],
-        tool=row[4],
-        args=_loads(row[5]),
-        rule_id=row[6],
-        approvers=tuple(_loads(row[7])),
-        requested_by=row[8],
-        self_approve=bool(row[9]),
-        status=row[10],
-        approver=row[11],
-        approver_roles=tuple(_loads(row[12])),
-        reason=row[13],
-        decided_at=row[14],
     )

@@ -1,0 +1,112 @@
+"""Rows of the SQL stores (SQLite, Postgres) decoded into the store's records.
+
+Both stores select the same columns in the same order (`runs`, `approvals`) and send journal
+drafts as the same JSON, so one decoding serves both.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_harness.store.base import ApprovalRow, JournalDraft, RunRecord, encode_json
+
+__all__ = ["Row", "approval_from_row", "journal_json", "list_runs_query", "record_from_row"]
+
+Row = tuple[Any, ...]
+_loads = json.loads
+
+
+def record_from_row(row: Row) -> RunRecord:
+    """A `runs` row (its columns in the stores' order) as a `RunRecord`."""
+    return RunRecord(
+        run_id=row[0],
+        session_id=row[1],
+        task=row[2],
+        tenant=row[3],
+        principal=_loads(row[4]),
+        input=row[5],
+        labels=_loads(row[6]),
+        idempotency_key=row[7],
+        status=row[8],
+        state=_loads(row[9]),
+        created_at=row[10],
+        updated_at=row[11],
+        lease_owner=row[12],
+        lease_token=row[13],
+        lease_expires=row[14],
+        control=row[15],
+        record=bool(row[16]),
+    )
+
+
+def journal_json(run_id: str, drafts: Sequence[JournalDraft]) -> str | None:
+    """A commit's journal drafts as the JSON array the stores insert, or None for none."""
+    if not drafts:
+        return None
+    return encode_json(
+        [
+            {
+                "id": d.id,
+                "kind": d.kind,
+                "step": d.step,
+                "ts": d.ts,
+                "attempt_id": d.attempt_id,
+                "execution_key": d.execution_key,
+                "payload": d.payload,
+            }
+            for d in drafts
+        ],
+        f"the journal of run {run_id}",
+    )
+
+
+def approval_from_row(row: Row) -> ApprovalRow:
+    """An `approvals` row (its columns in the stores' order) as an `ApprovalRow`."""
+    return ApprovalRow(
+        approval_id=row[0],
+        run_id=row[1],
+        execution_key=row[2],
+        args_digest=row[3],
+        tool=row[4],
+        args=_loads(row[5]),
+        rule_id=row[6],
+        approvers=tuple(_loads(row[7])),
+        requested_by=row[8],
+        self_approve=bool(row[9]),
+        status=row[10],
+        approver=row[11],
+        approver_roles=tuple(_loads(row[12])),
+        reason=row[13],
+        decided_at=row[14],
+    )
+
+
+def list_runs_query(
+    columns: str,
+    mark: str,
+    *,
+    status: str | None,
+    task: str | None,
+    tenant: str | None,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """`Store.list_runs` as SQL: the runs' `columns`, newest first, filtered, at most `limit`.
+
+    `mark` is the store's placeholder (`?` for SQLite, `%s` for psycopg).
+    """
+    if limit < 0:
+        raise ValueError(f"limit must be zero or more, got {limit}")
+    where: list[str] = []
+    params: list[Any] = []
+    for column, value in (("status", status), ("task", task), ("tenant", tenant)):
+        if value is not None:
+            where.append(f"{column} = {mark}")
+            params.append(value if type(value) is str else str.__str__(value))  # an Enum's value
+    query = f"SELECT {columns} FROM runs"
+    if where:
+        query += " WHERE " + " AND ".join(where)
+    query += f" ORDER BY seq DESC LIMIT {mark}"
+    params.append(limit)
+    return query, params
