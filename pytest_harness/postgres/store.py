@@ -59,6 +59,7 @@ from pytest_harness.store.base import (
 )
 from pytest_harness.store.rows import (
     approval_from_row,
+    approvals_json_of,
     journal_json,
     list_runs_query,
     record_from_row,
@@ -479,27 +480,7 @@ class PostgresStore:
         """
         state_json = encode_json(state, f"the state of run {run_id}")
         events_json = _events_json(events, f"the events of run {run_id}")
-        approvals_json = (
-            encode_json(
-                [
-                    {
-                        "approval_id": a.approval_id,
-                        "execution_key": a.execution_key,
-                        "args_digest": a.args_digest,
-                        "tool": a.tool,
-                        "args": a.args,
-                        "rule_id": a.rule_id,
-                        "approvers": a.approvers,
-                        "requested_by": a.requested_by,
-                        "self_approve": bool(a.self_approve),
-                    }
-                    for a in approvals
-                ],
-                f"approval requests of run {run_id}",
-            )
-            if approvals
-            else None
-        )
+        approvals_json = approvals_json_of(run_id, approvals)
         now = time.time()
         params = {
             "status": _text(status),

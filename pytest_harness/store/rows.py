@@ -10,9 +10,22 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_harness.store.base import ApprovalRow, JournalDraft, RunRecord, encode_json
+from pytest_harness.store.base import (
+    ApprovalRow,
+    JournalDraft,
+    NewApproval,
+    RunRecord,
+    encode_json,
+)
 
-__all__ = ["Row", "approval_from_row", "journal_json", "list_runs_query", "record_from_row"]
+__all__ = [
+    "Row",
+    "approval_from_row",
+    "approvals_json_of",
+    "journal_json",
+    "list_runs_query",
+    "record_from_row",
+]
 
 Row = tuple[Any, ...]
 _loads = json.loads
@@ -110,3 +123,26 @@ def list_runs_query(
     query += f" ORDER BY seq DESC LIMIT {mark}"
     params.append(limit)
     return query, params
+
+
+def approvals_json_of(run_id: str, approvals: Sequence[NewApproval]) -> str | None:
+    """A commit's new approval requests as the JSON array the stores insert, or None."""
+    if not approvals:
+        return None
+    return encode_json(
+        [
+            {
+                "approval_id": a.approval_id,
+                "execution_key": a.execution_key,
+                "args_digest": a.args_digest,
+                "tool": a.tool,
+                "args": a.args,
+                "rule_id": a.rule_id,
+                "approvers": a.approvers,
+                "requested_by": a.requested_by,
+                "self_approve": bool(a.self_approve),
+            }
+            for a in approvals
+        ],
+        f"approval requests of run {run_id}",
+    )

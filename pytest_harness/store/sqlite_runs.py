@@ -22,7 +22,7 @@ from pytest_harness.store.base import (
     encode_json,
     stale_token,
 )
-from pytest_harness.store.rows import list_runs_query
+from pytest_harness.store.rows import approvals_json_of, list_runs_query
 from pytest_harness.store.sqlite_connection import SQLiteConnection
 from pytest_harness.store.sqlite_statements import (
     _ACQUIRE,
@@ -216,27 +216,7 @@ class SQLiteRuns(SQLiteConnection):
             if events
             else None
         )
-        approvals_json = (
-            encode_json(
-                [
-                    {
-                        "approval_id": a.approval_id,
-                        "execution_key": a.execution_key,
-                        "args_digest": a.args_digest,
-                        "tool": a.tool,
-                        "args": a.args,
-                        "rule_id": a.rule_id,
-                        "approvers": a.approvers,
-                        "requested_by": a.requested_by,
-                        "self_approve": bool(a.self_approve),
-                    }
-                    for a in approvals
-                ],
-                f"approval requests of run {run_id}",
-            )
-            if approvals
-            else None
-        )
+        approvals_json = approvals_json_of(run_id, approvals)
         now = time.time()
         expires = None if lease_ttl is None else now + lease_ttl
         params = {
