@@ -63,6 +63,8 @@ from pytest_harness.store.rows import (
     journal_json,
     list_runs_query,
     record_from_row,
+    sample_from_row,
+    samples_query,
 )
 
 __all__ = ["PostgresStore", "redact_dsn"]
@@ -763,35 +765,10 @@ class PostgresStore:
     ) -> list[Sample]:
         """Stored samples, newest first, filtered."""
         check_limit(limit)
-        where: list[str] = []
-        params: list[Any] = []
-        for clause, value in (
-            ("task = %s", task),
-            ("grader = %s", grader),
-            ("created_at >= %s", since),
-            ("created_at < %s", until),
-        ):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
-        query = "SELECT run_id, task, grader, score, passed, detail, error, created_at FROM samples"
-        if where:
-            query += " WHERE " + " AND ".join(where)
-        query += " ORDER BY created_at DESC, seq DESC LIMIT %s"
-        params.append(limit)
-        return [
-            Sample(
-                run_id=row[0],
-                task=row[1],
-                grader=row[2],
-                score=row[3],
-                passed=bool(row[4]),
-                detail=row[5],
-                error=row[6],
-                created_at=row[7],
-            )
-            for row in await self._q("read eval samples", query, params)
-        ]
+        query, params = samples_query(
+            "%s", None, task=task, grader=grader, since=since, until=until, limit=limit
+        )
+        return [sample_from_row(row) for row in await self._q("read eval samples", query, params)]
 
     # -- following --------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from pytest_harness.store.base import (
     JournalDraft,
     NewApproval,
     RunRecord,
+    Sample,
     encode_json,
 )
 
@@ -25,6 +26,8 @@ __all__ = [
     "journal_json",
     "list_runs_query",
     "record_from_row",
+    "sample_from_row",
+    "samples_query",
 ]
 
 Row = tuple[Any, ...]
@@ -145,4 +148,52 @@ def approvals_json_of(run_id: str, approvals: Sequence[NewApproval]) -> str | No
             for a in approvals
         ],
         f"approval requests of run {run_id}",
+    )
+
+
+def samples_query(
+    mark: str,
+    unlimited: int | None,
+    *,
+    task: str | None,
+    grader: str | None,
+    since: float | None,
+    until: float | None,
+    limit: int | None,
+) -> tuple[str, list[Any]]:
+    """`Store.samples` as SQL: newest first, filtered; `limit` None is no limit.
+
+    `mark` is the store's placeholder (`?` for SQLite, `%s` for psycopg); `unlimited` is the
+    limit its SQL reads as none (SQLite: -1, Postgres: NULL).
+    """
+    where: list[str] = []
+    params: list[Any] = []
+    for clause, value in (
+        (f"task = {mark}", task),
+        (f"grader = {mark}", grader),
+        (f"created_at >= {mark}", since),
+        (f"created_at < {mark}", until),
+    ):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    query = "SELECT run_id, task, grader, score, passed, detail, error, created_at FROM samples"
+    if where:
+        query += " WHERE " + " AND ".join(where)
+    query += f" ORDER BY created_at DESC, seq DESC LIMIT {mark}"
+    params.append(unlimited if limit is None else limit)
+    return query, params
+
+
+def sample_from_row(row: Row) -> Sample:
+    """A `samples` row (the columns `samples_query` selects) as a `Sample`."""
+    return Sample(
+        run_id=row[0],
+        task=row[1],
+        grader=row[2],
+        score=row[3],
+        passed=bool(row[4]),
+        detail=row[5],
+        error=row[6],
+        created_at=row[7],
     )

@@ -15,6 +15,7 @@ from pytest_harness.store.base import (
     check_samples,
     parse_cursor,
 )
+from pytest_harness.store.rows import sample_from_row, samples_query
 from pytest_harness.store.sqlite_connection import SQLiteConnection
 from pytest_harness.store.sqlite_statements import _JOURNAL, _MAX_ID, _entry, _loads
 
@@ -111,32 +112,7 @@ class SQLiteJournal(SQLiteConnection):
     ) -> list[Sample]:
         """Stored samples, newest first, filtered."""
         check_limit(limit)
-        where: list[str] = []
-        params: list[Any] = []
-        for clause, value in (
-            ("task = ?", task),
-            ("grader = ?", grader),
-            ("created_at >= ?", since),
-            ("created_at < ?", until),
-        ):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
-        sql = "SELECT run_id, task, grader, score, passed, detail, error, created_at FROM samples"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC, seq DESC LIMIT ?"
-        params.append(-1 if limit is None else limit)
-        return [
-            Sample(
-                run_id=row[0],
-                task=row[1],
-                grader=row[2],
-                score=row[3],
-                passed=bool(row[4]),
-                detail=row[5],
-                error=row[6],
-                created_at=row[7],
-            )
-            for row in await self._q("read eval samples", sql, params)
-        ]
+        sql, params = samples_query(
+            "?", -1, task=task, grader=grader, since=since, until=until, limit=limit
+        )
+        return [sample_from_row(row) for row in await self._q("read eval samples", sql, params)]
