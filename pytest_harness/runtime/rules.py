@@ -58,6 +58,11 @@ def evaluate_rules(
         if not matched:
             continue
         detail: dict[str, Any] = {"effect": rule.then.value, "tool": tool}
+        if rule.then is Effect.APPROVE:
+            # who may answer is part of the decision: a rule that stops asking finance is drift
+            detail["approvers"] = sorted(rule.approvers)
+            if rule.self_approve:
+                detail["self_approve"] = True
         if error is not None:
             detail["error"] = error
         decisions.append(Decision(step, "rule", rule.id, detail))

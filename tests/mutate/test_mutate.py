@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -86,7 +87,7 @@ async def test_every_operator_and_the_survivors_named(app, tmp_path: Path) -> No
         "rule:big:remove": "killed",
         "rule:big:effect:allow": "killed",
         "rule:big:approver:finance:remove": "killed",  # fiona's finance role no longer counts
-        "rule:big:approver:legal:remove": "survived",
+        "rule:big:approver:legal:remove": "killed",  # the request no longer asks legal
         "rule:big:threshold:up": "killed",
         "rule:big:threshold:down": "killed",
         "rule:no-delete:remove": "survived",
@@ -104,15 +105,14 @@ async def test_every_operator_and_the_survivors_named(app, tmp_path: Path) -> No
     assert "from 100 to 29" in down.mutant.description
     assert down.drifted == (str(folder / "run0.yaml"),)
     assert by_id["rule:big:remove"].drifted == (str(folder / "run1.yaml"),)
-    assert report.killed == 9 and report.total == 13
+    assert report.killed == 10 and report.total == 13
     assert [r.mutant.unprotected for r in report.survivors] == [
-        "rule big: removing approver role legal changes no recording",
         "rule no-delete: removing it changes no recording",
         "rule no-delete: turning its effect from deny into allow changes no recording",
         "task orders: removing tool delete_account from it changes no recording",
     ]
     text = report.render()
-    assert "score: 9 of 13 mutants killed (0.69)" in text
+    assert "score: 10 of 13 mutants killed (0.77)" in text
     assert "  rule no-delete: removing it changes no recording" in text
 
     # the golden run that exercises the rule kills its mutants
@@ -208,29 +208,34 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out.out, out.err
 
 
-def test_the_shop_scores_and_names_its_survivor(capsys) -> None:
+def test_the_shop_kills_every_mutant_and_a_lone_golden_names_its_survivors(capsys) -> None:
     code, out, err = run_cli(
-        capsys, "mutate", str(SHOP), str(SHOP_RECORDINGS), "-e", "offline", "--min-score", "0.9"
+        capsys, "mutate", str(SHOP), str(SHOP_RECORDINGS), "-e", "offline", "--min-score", "1"
     )
     assert code == 0, err
-    assert "score: 17 of 18 mutants killed (0.94)" in out
-    assert out.rstrip().endswith(
-        "survived (no golden run protects these; record one that exercises it):\n"
-        "  rule big-refund: removing approver role finance changes no recording"
-    )
+    assert "score: 18 of 18 mutants killed (1.00)" in out
+    assert "survived" not in out
+    # an approve rule's decision names the roles it asks: removing one is drift
+    assert re.search(r"killed +rule:big-refund:approver:finance:remove .*4 recordings drifted", out)
 
+    lone = SHOP_RECORDINGS / "test_shop" / "test_account_deletion_is_denied.yaml"
     code, out, err = run_cli(
-        capsys, "mutate", "--spec", str(SHOP), str(SHOP_RECORDINGS), "-e", "offline", "--json",
+        capsys, "mutate", "--spec", str(SHOP), str(lone), "-e", "offline", "--json",
         "--min-score", "0.95",
     )  # fmt: skip
     assert code == 1, err
     document = json.loads(out)
-    assert document["score"] == {"killed": 17, "total": 18, "ratio": 0.9444}
     assert set(document) == {"score", "mutants"}
+    statuses = {m["id"]: m["status"] for m in document["mutants"]}
+    assert statuses["rule:no-account-deletion:remove"] == "killed"
+    assert statuses["rule:big-refund:approver:finance:remove"] == "survived"
+    killed = sum(status == "killed" for status in statuses.values())
+    assert document["score"]["killed"] == killed < document["score"]["total"] == len(statuses)
     first = document["mutants"][0]
     assert set(first) == {"id", "description", "target", "status", "drifted"}
-    assert first["id"] == "rule:big-refund:remove" and first["status"] == "killed"
-    assert all(f.startswith(str(SHOP_RECORDINGS)) for f in first["drifted"])
+    assert first["id"] == "rule:big-refund:remove" and first["status"] == "survived"
+    by_id = {m["id"]: m for m in document["mutants"]}
+    assert by_id["rule:no-account-deletion:remove"]["drifted"] == [str(lone)]
 
 
 def test_mutate_of_an_empty_folder_exits_2(capsys, tmp_path: Path) -> None:
