@@ -92,6 +92,8 @@ COMMIT = (
     "lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END, "
     "control = CASE WHEN control = %(clear_control)s THEN NULL ELSE control END "
     "WHERE run_id = %(run_id)s AND lease_token = %(token)s "
+    # a retry of a commit that did land (its reply was lost) writes nothing again
+    "AND NOT EXISTS (SELECT 1 FROM journal l WHERE l.run_id = %(run_id)s AND l.id = %(landed)s) "
     "RETURNING run_id, session_id, control, updated_at), "
     "ev AS (INSERT INTO events (run_id, kind, data, at) "
     f"SELECT upd.run_id, e.kind, e.data::text, upd.updated_at FROM upd, {_EVENTS_OF} "
@@ -125,6 +127,11 @@ RENEW = (
     "UPDATE runs SET lease_expires = %s "
     "WHERE run_id = %s AND lease_token = %s AND lease_owner IS NOT NULL RETURNING 1"
 )
+LANDED = (
+    "SELECT r.control FROM runs r WHERE r.run_id = %s AND r.lease_token = %s "
+    "AND EXISTS (SELECT 1 FROM journal l WHERE l.run_id = r.run_id AND l.id = %s)"
+)
+"""The run's control when the commit whose first journal entry is the third parameter landed."""
 RELEASE = (
     "UPDATE runs SET lease_owner = NULL, lease_expires = NULL "
     "WHERE run_id = %s AND lease_token = %s RETURNING 1"

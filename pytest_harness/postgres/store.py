@@ -479,6 +479,8 @@ class PostgresStore:
         """Write status, state, events, approvals and journal in one fenced statement.
 
         Return the pending control request as of the write (cleared when it is `clear_control`).
+        A commit whose first journal entry the run already holds is a retry of one that landed
+        (its reply was lost): it writes nothing and returns the run's control.
         """
         state_json = encode_json(state, f"the state of run {run_id}")
         events_json = _events_json(events, f"the events of run {run_id}")
@@ -497,6 +499,7 @@ class PostgresStore:
             "clear_control": clear_control,
             "channel": self.channel,
             "journal": _journal_json(run_id, journal),
+            "landed": journal[0].id if journal else None,
         }
         try:
             written = await self._q(f"commit run {run_id}", q.COMMIT, params)
@@ -504,10 +507,18 @@ class PostgresStore:
             if approvals and isinstance(exc.__cause__, pg_errors.UniqueViolation):
                 await self._raise_taken(run_id, [a.approval_id for a in approvals])
             raise
+        if not written and journal:
+            # The flight recorder retries a write whose reply was lost; when the first attempt
+            # did commit, its journal entry is there and this one wrote nothing (no event or
+            # approval request twice): it succeeded.
+            landed = await self._q(f"commit run {run_id}", q.LANDED, (run_id, token, journal[0].id))
+            if landed:
+                control: str | None = landed[0][0]
+                return control
         if not written:
             await self._raise_stale(run_id, token)
-        control: str | None = written[0][0]
-        return control
+        now_control: str | None = written[0][0]
+        return now_control
 
     async def _raise_taken(self, run_id: str, approval_ids: list[str]) -> None:
         """Name the approval id that made a commit fail."""

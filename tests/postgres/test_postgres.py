@@ -26,6 +26,7 @@ from pytest_harness.postgres import is_postgres_url, store_from_url
 from pytest_harness.postgres.migrate import latest_version
 from pytest_harness.postgres.store import PostgresStore
 from pytest_harness.runtime.events import EventHub, follow
+from pytest_harness.runtime.journal import draft
 from pytest_harness.store.base import EventDraft, NewApproval, NewRun
 
 pytestmark = pytest.mark.asyncio
@@ -427,3 +428,46 @@ async def test_events_of_concurrent_writers_to_one_run_are_visible_in_cursor_ord
     await reader
     assert [e.cursor for e in seen] == [e.cursor for e in await store.events(run_id)]
     assert len(seen) == 41
+
+
+async def test_a_commit_retried_after_its_reply_was_lost_writes_nothing_twice(
+    store: PostgresStore, pg_dsn: str
+) -> None:
+    """The flight recorder retries a journaled write that raised; on Postgres the first attempt
+    may have committed with its reply lost (a dropped connection). The retry carries the same
+    journal entries, so it is recognised and writes no event or approval request again."""
+    record, _ = await store.create_run(new_run(lease_owner="w1", lease_ttl=30))
+    entry = draft("checkpoint", {"status": "awaiting_approval"}, step=1)
+    request = NewApproval(
+        approval_id="apr_1",
+        execution_key="k1",
+        args_digest="d",
+        tool="refund",
+        args={"amount": 250},
+        rule_id="big-refund",
+        approvers=("finance",),
+        requested_by="ann",
+        self_approve=False,
+    )
+    write = dict(
+        status="awaiting_approval",
+        state={"n": 1},
+        events=[EventDraft("approval_requested", {"approval_id": "apr_1"})],
+        approvals=[request],
+        journal=[entry],
+    )
+    assert await store.commit(record.run_id, 1, **write) is None
+    await store.request_control(record.run_id, "cancel", statuses=("awaiting_approval",))
+
+    assert await store.commit(record.run_id, 1, **write) == "cancel"  # the retry: it landed
+
+    events = [e.kind for e in await store.events(record.run_id)]
+    assert events == ["run_started", "approval_requested"]
+    assert [a.approval_id for a in await store.approvals(record.run_id)] == ["apr_1"]
+    assert [j.id for j in await store.journal(record.run_id)] == [entry.id]
+    # a commit with a new entry still needs the lease: a stale token is refused as before
+    with pytest.raises(StoreError, match="stale fencing token"):
+        await store.commit(
+            record.run_id, 2, status="running", state={"n": 2},
+            journal=[draft("checkpoint", {"status": "running"}, step=2)],
+        )  # fmt: skip
