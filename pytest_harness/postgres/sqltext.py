@@ -131,7 +131,7 @@ LANDED = (
     "SELECT r.control FROM runs r WHERE r.run_id = %s AND r.lease_token = %s "
     "AND EXISTS (SELECT 1 FROM journal l WHERE l.run_id = r.run_id AND l.id = %s)"
 )
-"""The run's control when the commit whose first journal entry is the third parameter landed."""
+"""The run's control when the commit whose last journal entry is the third parameter landed."""
 RELEASE = (
     "UPDATE runs SET lease_owner = NULL, lease_expires = NULL "
     "WHERE run_id = %s AND lease_token = %s RETURNING 1"

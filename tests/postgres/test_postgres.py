@@ -471,3 +471,22 @@ async def test_a_commit_retried_after_its_reply_was_lost_writes_nothing_twice(
             record.run_id, 2, status="running", state={"n": 2},
             journal=[draft("checkpoint", {"status": "running"}, step=2)],
         )  # fmt: skip
+
+
+async def test_a_commit_carrying_entries_a_failed_write_left_still_writes(
+    store: PostgresStore,
+) -> None:
+    """Only a commit whose last entry is there already landed; old entries at the head are
+    skipped and the rest of the commit is written."""
+    record, _ = await store.create_run(new_run(lease_owner="w1", lease_ttl=30, record=True))
+    old = draft("checkpoint", {"status": "running"}, step=1)
+    await store.commit(record.run_id, 1, status="running", state={"n": 1}, journal=[old])
+    new = draft("checkpoint", {"status": "completed"}, step=2)
+    await store.commit(
+        record.run_id, 1, status="completed", state={"n": 2},
+        events=[EventDraft("run_completed", {})], journal=[old, new],
+    )  # fmt: skip
+    got = await store.get_run(record.run_id)
+    assert (got.status, got.state) == ("completed", {"n": 2})
+    assert [j.id for j in await store.journal(record.run_id)] == [old.id, new.id]
+    assert [e.kind for e in await store.events(record.run_id)] == ["run_started", "run_completed"]
