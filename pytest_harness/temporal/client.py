@@ -30,7 +30,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from pytest_harness.errors import (
     ApprovalDenied,
-    ArchiveError,
     ExecutionError,
     HarnessError,
     RecordingError,
@@ -299,15 +298,21 @@ class TemporalHarness(Harness):
         *,
         policy: ExportPolicy | None = None,
     ) -> Path:
-        """Write a recorded run as a golden recording (`.yaml`); `.hx` archives are refused."""
+        """Write a recorded run as a `.hx` archive or a `.yaml` golden recording, by suffix.
+
+        As locally (see `Harness.export`): the archive's journal and run come from the run's
+        workflow, the artifacts from the `state:` store the workers write them to. Nothing
+        is started or resumed.
+        """
         path = Path(dest)
-        if path.suffix == ".hx":
-            raise ArchiveError(
-                f"cannot export run {run_id} to {path}: .hx incident archives are read from a "
-                "store's journal and artifacts, and this run executes on Temporal; export a "
-                ".yaml recording"
-            )
-        return await super().export(run_id, dest, policy=policy)
+        if path.suffix != ".hx":
+            return await super().export(run_id, dest, policy=policy)
+        from pytest_harness.archive.export import export_run
+        from pytest_harness.temporal.records import RunView
+
+        snap = await self._snapshot(run_id)
+        view = RunView(snap, self.store)
+        return await export_run(view, record_of(snap), path, policy=policy)
 
     async def runs(
         self,

@@ -11,6 +11,7 @@ CEL, approvals, recovery of interrupted calls) is exactly the local one.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from pytest_harness.models.base import Message
@@ -27,6 +28,7 @@ from pytest_harness.store.base import (
     Store,
     StoredArtifact,
 )
+from pytest_harness.tools.artifacts import Artifact
 from pytest_harness.tools.context import ToolContext
 from pytest_harness.tools.registry import ToolOutcome
 
@@ -196,16 +198,23 @@ async def drive_segment(
         spec_digest=spec_digest,
     )
     kind = op["op"]
-    driver = _Segment(ctx, plan, record_, 1, interrupted=bool(op.get("interrupted")))
     status = RunStatus(record_.status)
+    interrupted = bool(op.get("interrupted"))
+    # a drive after a suspension or a lost attempt is journaled as a resume, as locally (a
+    # step that goes on from a handed-off call's outcome is the same drive)
+    resumed = interrupted or kind != "drive" or status is RunStatus.PAUSED
+    driver = _Segment(ctx, plan, record_, 1, interrupted=interrupted, resumed=resumed)
     given = op.get("outcome")
     handoff: dict[str, Any] | None = None
     if given is not None:
         call = next(c for c in driver.state.calls if c["key"] == given["key"])
+        given = {**given, "attempt_id": call.get("attempt_id")}
         call["status"] = given["previous"]  # dispatched again, with the outcome it had
         call["attempt"] -= 1
         driver.state.elapsed += float(given.get("seconds") or 0.0)
-        driver.given = (given["key"], ToolOutcome.from_dict(given["outcome"]))
+        outcome = ToolOutcome.from_dict(given["outcome"])
+        kept = await _artifacts(artifacts, given.get("artifacts") or ())
+        driver.given = (given["key"], replace(outcome, artifacts=kept))
         driver.held, driver.control, capture.control = capture.control, None, None
     if status in (RunStatus.AWAITING_APPROVAL, RunStatus.PAUSED):
         # answers given while the run waited or was paused (as `Harness._continue` does)
@@ -242,6 +251,8 @@ async def drive_segment(
             "remaining": driver._remaining(),
         }
     events = capture.events
+    state = dict(capture.state) if capture.state is not None else dict(record_.state)
+    journal = capture.journal
     if given is not None:  # the repeated dispatch of the handed-off call is not news
         events = [
             e
@@ -250,12 +261,71 @@ async def drive_segment(
                 e["type"] == "tool_call_start" and e["data"].get("execution_key") == given["key"]
             )
         ]
+        journal = _one_dispatch(journal, state, given["key"], given.get("attempt_id"))
     return {
         "status": capture.status or record_.status,
-        "state": dict(capture.state) if capture.state is not None else dict(record_.state),
+        "state": state,
         "events": events,
         "approvals": [_approval_dict(a) for a in capture.approvals],
         "control": capture.control,
-        "journal": capture.journal,
+        "journal": journal,
         "handoff": handoff,
     }
+
+
+async def _artifacts(store: Store | None, hashes: Sequence[str]) -> tuple[Artifact, ...]:
+    """The artifacts a tool activity kept in the `state:` store (those this worker can read)."""
+    found = []
+    for sha in hashes:
+        stored = None if store is None else await store.artifact(sha)
+        if stored is not None:
+            found.append(Artifact(stored.data, stored.media_type, stored.name))
+    return tuple(found)
+
+
+def _one_dispatch(
+    journal: list[dict[str, Any]], state: dict[str, Any], key: str, attempt_id: str | None
+) -> list[dict[str, Any]]:
+    """The journal with the handed-off call dispatched once, as a local run journals it.
+
+    The step that takes the call's outcome dispatches it again (under a new attempt id) to
+    reach the point where the outcome is used; that repeated `tool.dispatched` and the copy of
+    its `tool_call_start` event are dropped, and what follows keeps the attempt id of the
+    dispatch the first step journaled (`attempt_id`), so every attempt has one outcome.
+    """
+    if attempt_id is None:
+        return journal
+    again = next(
+        (
+            e
+            for e in journal
+            if e["kind"] == "tool.dispatched"
+            and e["execution_key"] == key
+            and e["attempt_id"] != attempt_id
+        ),
+        None,
+    )
+    if again is None:
+        return journal
+    repeated = again["attempt_id"]
+    kept: list[dict[str, Any]] = []
+    copy_dropped = False
+    for entry in journal:
+        if entry is again:
+            continue
+        payload = entry["payload"]
+        if (
+            not copy_dropped
+            and entry["kind"] == "event"
+            and payload.get("event") == "tool_call_start"
+            and (payload.get("data") or {}).get("execution_key") == key
+        ):
+            copy_dropped = True
+            continue
+        if entry["attempt_id"] == repeated:
+            entry = {**entry, "attempt_id": attempt_id}
+        kept.append(entry)
+    for call in state.get("calls") or ():
+        if call.get("key") == key and call.get("attempt_id") == repeated:
+            call["attempt_id"] = attempt_id
+    return kept

@@ -25,6 +25,7 @@ from temporalio.workflow import NondeterminismError
 
 from pytest_harness.runtime.harness import Harness
 from pytest_harness.runtime.principal import Principal
+from pytest_harness.store.base import StoredArtifact
 from pytest_harness.temporal.client import connect
 from pytest_harness.temporal.segment import drive_segment
 from pytest_harness.temporal.workflow import HarnessRun
@@ -118,7 +119,25 @@ class _Activities:
                 asyncio.run,
                 tool.invoke(call["args"], context, overall_timeout=remaining),
             )
-        return {"outcome": outcome.to_dict(), "seconds": time.monotonic() - started}
+        kept = []
+        if payload.get("record", True):
+            # the bytes go to the worker's `state:` store, never into Temporal's history; the
+            # step that takes the outcome journals their references (as a local run does)
+            for artifact in outcome.artifacts:
+                await self.harness.store.put_artifact(
+                    StoredArtifact(
+                        sha256=artifact.sha256,
+                        media_type=artifact.media_type,
+                        data=artifact.data,
+                        name=artifact.name,
+                    )
+                )
+                kept.append(artifact.sha256)
+        return {
+            "outcome": outcome.to_dict(),
+            "seconds": time.monotonic() - started,
+            "artifacts": kept,
+        }
 
 
 class Worker:

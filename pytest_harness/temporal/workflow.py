@@ -18,6 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pytest_harness.store.base import JOURNAL_FORMAT
     from pytest_harness.temporal import checks
 
 __all__ = ["HarnessRun"]
@@ -107,6 +108,7 @@ class HarnessRun:
                     "run_id": self.snap["run_id"],
                     "task": self.snap["task"],
                     "principal": self.snap["principal"],
+                    "record": bool(self.snap.get("record")),
                     "remaining": handoff["remaining"],
                     "conf": self.conf,
                 },
@@ -133,6 +135,7 @@ class HarnessRun:
                 "outcome": answer["outcome"],
                 "previous": handoff["previous"],
                 "seconds": workflow.time() - started,
+                "artifacts": answer.get("artifacts") or [],
             },
         }
 
@@ -163,8 +166,28 @@ class HarnessRun:
         state["error"] = {"type": kind, "message": str(getattr(cause, "message", cause))}
         self.snap["state"] = state
         self.snap["status"] = "failed"
-        self.snap.setdefault("events", []).append(
-            {"type": "run_result", "data": {"status": "failed"}}
+        event = {"type": "run_result", "data": {"status": "failed"}}
+        self.snap.setdefault("events", []).append(event)
+        if self.snap.get("record"):  # the journal ends as a driver's would: the event, the outcome
+            outcome = {k: state.get(k) for k in ("output", "error", "limit", "usage", "trace")}
+            self._journal("event", {"event": event["type"], "data": event["data"]})
+            self._journal("checkpoint", {"status": "failed", **outcome})
+
+    def _journal(self, kind: str, payload: dict[str, Any], *, key: str | None = None) -> None:
+        """Append an entry the workflow itself writes (ids and times from the workflow)."""
+        journal = self.snap.setdefault("journal", [])
+        journal.append(
+            {
+                "id": str(workflow.uuid4()),
+                "seq": len(journal) + 1,
+                "format": JOURNAL_FORMAT,
+                "step": int((self.snap["state"].get("usage") or {}).get("steps") or 0),
+                "attempt_id": None,
+                "ts": workflow.time(),
+                "execution_key": key,
+                "kind": kind,
+                "payload": payload,
+            }
         )
 
     # -- reading ------------------------------------------------------------------------------
@@ -185,6 +208,15 @@ class HarnessRun:
                 row["approver"] = answer["approver"]["id"]
                 row["approver_roles"] = list(answer["approver"].get("roles") or ())
                 row["reason"] = answer.get("reason")
+                if self.snap.get("record"):
+                    answered = {
+                        "approval_id": row["approval_id"],
+                        "tool": row["tool"],
+                        "decision": row["status"],
+                        "approver": {"id": row["approver"], "roles": row["approver_roles"]},
+                        "reason": row["reason"],
+                    }
+                    self._journal("approval.answered", answered, key=row["execution_key"])
         self.snap.setdefault("events", []).append(
             {
                 "type": "approval_answered",

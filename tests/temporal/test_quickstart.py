@@ -42,8 +42,18 @@ async def test_run_waits_for_approval_answered_from_another_process(
             assert [d.kind for d in done.trace].count("approval") == 1
             summaries = await harness.runs()
             assert [s.run_id for s in summaries] == [result.run_id]
-            with pytest.raises(ph.ArchiveError, match="executes on Temporal"):
-                await harness.export(result.run_id, tmp_path / "incident.hx")
+            incident = await harness.export(
+                result.run_id,
+                tmp_path / "incident.hx",
+                policy=ph.ExportPolicy(include_payloads=True),
+            )
+            verified = ph.verify_archive(incident)
+            assert verified.valid and verified.complete, verified.issues
+            kinds = [r["kind"] for r in ph.playback(incident).records]
+            assert [k for k in kinds if k.startswith("approval.")] == [
+                "approval.requested",
+                "approval.answered",
+            ]
             exported = await harness.export(result.run_id, tmp_path / "golden.yaml")
             report = await harness.replay(exported)
             assert not report.differences and report.diverged is None, report
