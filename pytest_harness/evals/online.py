@@ -202,9 +202,7 @@ class OnlineEvals:
     def ended(self, result: RunResult) -> None:
         """Start grading `result` if its run is sampled; return at once, never raise."""
         try:
-            if not any(g.applies(result.task) for g in self.graders):
-                return
-            if not sampled(result.run_id, self.share):
+            if not self.wants(result.task, result.run_id):
                 return
             job = asyncio.get_running_loop().create_task(self._grade(result))
         except Exception:  # pragma: no cover - nothing above raises on a valid result
@@ -218,24 +216,41 @@ class OnlineEvals:
         while self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
 
+    def wants(self, task: str, run_id: str) -> bool:
+        """Whether the run `run_id` of `task` is graded: it is sampled and a grader applies."""
+        return any(g.applies(task) for g in self.graders) and sampled(run_id, self.share)
+
     async def _grade(self, result: RunResult) -> None:
         try:
             record = await self.store.get_run(result.run_id)
-            grades = await grade_all(self.graders, result, record.input, record.principal)
-            now = time.time()
-            samples = [
-                Sample(
-                    run_id=result.run_id,
-                    task=result.task,
-                    grader=g.grader,
-                    score=g.score,
-                    passed=g.passed,
-                    detail=g.detail,
-                    error=g.error,
-                    created_at=now,
-                )
-                for g in grades
-            ]
-            await self.store.add_samples(samples)
+            await self.grade(result, record.input, record.principal)
         except Exception:
             log.exception("online evals: the samples of run %s were not stored", result.run_id)
+
+    async def grade(
+        self, result: RunResult, input: str, principal: Mapping[str, Any] | None = None
+    ) -> list[Sample]:
+        """Grade an ended run now with every grader that applies, and store the samples.
+
+        What `ended` does in the background, for a run whose record is not in the store (a run
+        on Temporal: its worker grades it when its workflow ends). A grader's failure is its
+        sample's `error`; a store that cannot write raises. The store keeps one sample per run
+        and grader, so grading a run again never counts it twice.
+        """
+        grades = await grade_all(self.graders, result, input, principal)
+        now = time.time()
+        samples = [
+            Sample(
+                run_id=result.run_id,
+                task=result.task,
+                grader=g.grader,
+                score=g.score,
+                passed=g.passed,
+                detail=g.detail,
+                error=g.error,
+                created_at=now,
+            )
+            for g in grades
+        ]
+        await self.store.add_samples(samples)
+        return samples

@@ -10,6 +10,7 @@ holds what Temporal does not (online eval samples).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -39,23 +40,29 @@ from pytest_harness.errors import (
 )
 from pytest_harness.models.base import Message
 from pytest_harness.recording.model import Recording
-from pytest_harness.runtime.approval_checks import _moot
 from pytest_harness.runtime.harness import Harness, RunHandle
 from pytest_harness.runtime.harness_control import _UNSET
 from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
-from pytest_harness.runtime.state import RunState, result_from_state
+from pytest_harness.runtime.state import RunState
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
-from pytest_harness.temporal.segment import approval_rows, journal_dict, record_of
+from pytest_harness.temporal.grading import PendingGrades, graded
+from pytest_harness.temporal.records import result_of
+from pytest_harness.temporal.segment import journal_dict, record_of
 
 if TYPE_CHECKING:
     from pytest_harness.archive import ExportPolicy
 
 __all__ = ["TemporalHarness", "connect"]
 
+log = logging.getLogger("pytest_harness.temporal")
+
 _CONNECT_TIMEOUT = 10.0
+_GRADES_WAIT = 120.0
+"""How long `aclose()` waits for the grades of ended runs (`flush_evals()` waits as long as it
+takes); a worker stores them later all the same."""
 
 
 async def connect(spec: Spec) -> Client:
@@ -83,6 +90,10 @@ class TemporalHarness(Harness):
     """A `Harness` whose runs execute on Temporal (DESIGN §14). Every method is async."""
 
     _client: Client | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._grades = PendingGrades()
 
     async def _open(self) -> None:
         await super()._open()
@@ -169,6 +180,7 @@ class TemporalHarness(Harness):
             "spec_digest": self.spec.digest,
             "lease": self.spec.document.state.lease,
             "history": history,
+            "grade": graded(self.evals, task, run_id),
         }
         execution = self.spec.document.execution
         try:
@@ -189,6 +201,8 @@ class TemporalHarness(Harness):
             snapshot = await self._snapshot(run_id)
         except RPCError as exc:
             raise ExecutionError(f"cannot start run {run_id} on Temporal: {exc}") from None
+        if conf["grade"]:
+            self._grades.note(run_id)
         job = asyncio.ensure_future(self._rested(run_id))
         self._background.add(job)
         job.add_done_callback(self._background.discard)
@@ -275,11 +289,11 @@ class TemporalHarness(Harness):
             raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
 
     async def _rested(self, run_id: str) -> RunResult:
-        return _result(await self._snapshot(run_id, rested=True))
+        return result_of(await self._snapshot(run_id, rested=True))
 
     async def result(self, run_id: str) -> RunResult:
         """The run's result as its workflow holds it now."""
-        return _result(await self._snapshot(run_id))
+        return result_of(await self._snapshot(run_id))
 
     async def recording(self, run_id: str) -> Recording:
         """The recording of a recorded run, from the journal its workflow holds."""
@@ -411,7 +425,9 @@ class TemporalHarness(Harness):
                     f"run {run_id} is {ended['status']}; its {name} can no longer be changed"
                 ) from None
             raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
-        return _result(snap)
+        if graded(self.evals, snap["task"], run_id):
+            self._grades.note(run_id)
+        return result_of(snap)
 
     async def approve(
         self,
@@ -475,7 +491,7 @@ class TemporalHarness(Harness):
                 f"resume(record={record}) conflicts with the setting it started with"
             )
         if snap["status"] != RunStatus.PAUSED.value:
-            return _result(snap)
+            return result_of(snap)
         return await self._update(run_id, "resume")
 
     async def pause(self, run_id: str) -> RunResult:
@@ -492,27 +508,36 @@ class TemporalHarness(Harness):
     async def _control(self, run_id: str, what: str) -> RunResult:
         snap = await self._snapshot(run_id)
         if RunStatus(snap["status"]).ended:
-            return _result(snap)
+            return result_of(snap)
         return await self._update(run_id, "control", what)
 
     async def recover(self) -> list[RunResult]:
         """Nothing to do: Temporal resumes the runs of a worker that stopped."""
         return []
 
+    async def flush_evals(self) -> None:
+        """Wait until the ended runs this harness started or answered are graded (DESIGN §15).
+
+        A worker grades a run once its workflow has ended it; the workflow closes when the
+        samples are stored. Runs still under way are graded when they end.
+        """
+        if self._grades.runs:
+            await self._open()
+            assert self._client is not None
+            await self._grades.flush(self._client)
+
     async def aclose(self) -> None:
-        """Wait for submitted runs' handles, then close the store (the client needs no close)."""
+        """Wait for submitted runs' handles and their grades; close the store (not the client)."""
+        if not self._closed and self._grades.runs:
+            if self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
+            try:
+                async with asyncio.timeout(_GRADES_WAIT):
+                    await self.flush_evals()
+            except (HarnessError, TimeoutError) as exc:  # no server, or no worker: theirs now
+                log.warning(
+                    "online evals: stopped waiting for the grades of Temporal runs %s: %s",
+                    ", ".join(sorted(self._grades.runs)),
+                    str(exc) or f"none stored within {_GRADES_WAIT:g}s (is a worker running?)",
+                )
         await super().aclose()
-
-
-def _result(snap: Mapping[str, Any]) -> RunResult:
-    rows = approval_rows(snap)
-    answered = frozenset(r.approval_id for r in rows if r.status != "pending") | _moot(rows)
-    return result_from_state(
-        run_id=snap["run_id"],
-        session_id=snap["session_id"],
-        task=snap["task"],
-        status=snap["status"],
-        state=snap["state"],
-        labels=snap.get("labels") or {},
-        answered=answered,
-    )

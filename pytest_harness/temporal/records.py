@@ -1,4 +1,7 @@
-"""`RunView`: one Temporal run seen as a read-only `Store`, for the flight recorder's export.
+"""A Temporal run read from its workflow's snapshot: its result, its journal, a store view.
+
+`result_of` is the run's `RunResult`; `journal_entries` its journal as a store returns it.
+`RunView` is one Temporal run seen as a read-only `Store`, for the flight recorder's export.
 
 A run on Temporal keeps its record and journal in its workflow, and the artifacts its tools
 returned in the worker's `state:` store. `RunView` puts the two together behind the store
@@ -14,6 +17,9 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NoReturn
 
 from pytest_harness.errors import StoreError, UnknownRun
+from pytest_harness.runtime.approval_checks import _moot
+from pytest_harness.runtime.results import RunResult
+from pytest_harness.runtime.state import result_from_state
 from pytest_harness.store.base import (
     JOURNAL_FORMAT,
     ApprovalDecision,
@@ -33,7 +39,7 @@ from pytest_harness.store.base import (
 )
 from pytest_harness.temporal.segment import approval_rows, record_of
 
-__all__ = ["RunView", "journal_entries"]
+__all__ = ["RunView", "journal_entries", "result_of"]
 
 
 def journal_entries(snapshot: Mapping[str, Any]) -> list[JournalEntry]:
@@ -250,3 +256,18 @@ class RunView:
     async def add_samples(self, samples: Sequence[Sample]) -> None:
         """Refused: `StoreError` (the view is read-only)."""
         self._read_only("add_samples")
+
+
+def result_of(snap: Mapping[str, Any]) -> RunResult:
+    """The run's result, from the snapshot its workflow holds."""
+    rows = approval_rows(snap)
+    answered = frozenset(r.approval_id for r in rows if r.status != "pending") | _moot(rows)
+    return result_from_state(
+        run_id=snap["run_id"],
+        session_id=snap["session_id"],
+        task=snap["task"],
+        status=snap["status"],
+        state=snap["state"],
+        labels=snap.get("labels") or {},
+        answered=answered,
+    )

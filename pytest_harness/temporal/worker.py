@@ -23,10 +23,12 @@ from temporalio.worker import Worker as _TemporalWorker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.workflow import NondeterminismError
 
+from pytest_harness.evals.online import OnlineEvals
 from pytest_harness.runtime.harness import Harness
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.store.base import StoredArtifact
 from pytest_harness.temporal.client import connect
+from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.segment import drive_segment
 from pytest_harness.temporal.workflow import HarnessRun
 from pytest_harness.tools.context import ToolContext
@@ -97,6 +99,20 @@ class _Activities:
                 history=list(conf.get("history") or ()),
                 artifacts=self.harness.store,
             )
+
+    @activity.defn(name="harness_grade")
+    async def grade(self, payload: dict[str, Any]) -> int:
+        """Grade an ended run with the spec's online evals; the number of samples stored."""
+        snapshot, conf = payload["snapshot"], payload["conf"]
+        self._check(conf, snapshot["task"])
+        evals = self.harness.evals
+        if not isinstance(evals, OnlineEvals):
+            return 0
+        async with _heartbeating(self.lease / 3):
+            samples = await evals.grade(
+                result_of(snapshot), str(snapshot["input"]), snapshot["principal"]
+            )
+        return len(samples)
 
     @activity.defn(name="harness_tool")
     async def tool(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +185,7 @@ class Worker:
             client,
             task_queue=execution.task_queue,
             workflows=[HarnessRun],
-            activities=[acts.step, acts.tool],
+            activities=[acts.step, acts.tool, acts.grade],
             workflow_runner=runner,
             identity=f"{self.identity} pid {os.getpid()}",
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),

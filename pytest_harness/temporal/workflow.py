@@ -64,8 +64,31 @@ class HarnessRun:
             if self.snap["status"] != "running" and self.next is None:
                 self.settled += 1
         self.settled += 1
+        if self.conf.get("grade"):
+            await self._grade()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.snap
+
+    async def _grade(self) -> None:
+        """Grade the ended run once (online evals, DESIGN §15): its samples go to `state:`.
+
+        The run has ended already (readers and updates see it so); a grader or a store that
+        fails is logged by the worker and never changes the run.
+        """
+        try:
+            await workflow.execute_activity(
+                "harness_grade",
+                {"snapshot": self._bare(), "conf": self.conf},
+                start_to_close_timeout=timedelta(hours=1),
+                heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=3,
+                    initial_interval=timedelta(milliseconds=200),
+                    non_retryable_error_types=list(checks.FATAL),
+                ),
+            )
+        except ActivityError:
+            workflow.logger.warning("online evals: run %s was not graded", self.snap["run_id"])
 
     async def _step(self, op: dict[str, Any]) -> None:
         """Drive from the snapshot as `op` says, running each handed-off tool call."""
