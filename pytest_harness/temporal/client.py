@@ -51,6 +51,7 @@ from pytest_harness.store.base import Event, parse_cursor
 from pytest_harness.temporal.grading import PendingGrades, graded
 from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.segment import journal_dict, record_of
+from pytest_harness.temporal.sessions import session_history, session_slots, slot_id
 
 if TYPE_CHECKING:
     from pytest_harness.archive import ExportPolicy
@@ -60,6 +61,8 @@ __all__ = ["TemporalHarness", "connect"]
 log = logging.getLogger("pytest_harness.temporal")
 
 _CONNECT_TIMEOUT = 10.0
+_SLOT_TRIES = 20
+"""How often a run tries the next slot of its session when runs started at once took it."""
 _GRADES_WAIT = 120.0
 """How long `aclose()` waits for the grades of ended runs (`flush_evals()` waits as long as it
 takes); a worker stores them later all the same."""
@@ -130,16 +133,12 @@ class TemporalHarness(Harness):
         plan.check_live()
         await self._open()
         assert self._client is not None
-        if idempotency_key is not None:
-            run_id = f"run_{uuid.uuid5(uuid.NAMESPACE_URL, idempotency_key).hex}"
-        else:
-            run_id = f"run_{uuid.uuid4().hex}"
-        history = [] if session_id is None else await self._session_history(session_id)
-        now = time.time()
+        execution = self.spec.document.execution
+        session = session_id or f"ses_{uuid.uuid4().hex}"
         tenant_ = tenant if tenant is not None else who.tenant
         merged = {**plan.spec.labels, **(labels or {})}
-        journal = []
-        if self.record:
+        for _ in range(_SLOT_TRIES):
+            run_id, history = await self._place(session, session_id is None, idempotency_key)
             started = {
                 "task": task,
                 "input": input,
@@ -157,50 +156,36 @@ class TemporalHarness(Harness):
                     for t in plan.schemas
                 ],
             }
-            journal.append({**journal_dict(draft("run.started", started, step=0)), "seq": 1})
-        snapshot = {
-            "run_id": run_id,
-            "session_id": session_id or f"ses_{uuid.uuid4().hex}",
-            "task": task,
-            "tenant": tenant_,
-            "principal": who.to_dict(),
-            "input": input,
-            "labels": merged,
-            "record": self.record,
-            "journal": journal,
-            "status": RunStatus.RUNNING.value,
-            "state": RunState().to_dict(),
-            "control": None,
-            "approvals": [],
-            "events": [{"type": "run_started", "data": {"task": task}}],
-            "created_at": now,
-            "updated_at": now,
-        }
-        conf = {
-            "spec_digest": self.spec.digest,
-            "lease": self.spec.document.state.lease,
-            "history": history,
-            "grade": graded(self.evals, task, run_id),
-        }
-        execution = self.spec.document.execution
-        try:
-            await self._client.start_workflow(
-                "HarnessRun",
-                {"snapshot": snapshot, "conf": conf},
-                id=run_id,
-                task_queue=execution.task_queue,
-                memo={
-                    "spec": self.spec.document.name,
-                    "task": task,
-                    "session": snapshot["session_id"],
-                },
-                # a run id is never reused, even once its run ended (idempotency keys rely on it)
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            snapshot = _initial(run_id, session, started, record=self.record)
+            conf = {
+                "spec_digest": self.spec.digest,
+                "lease": self.spec.document.state.lease,
+                "history": history,
+                "grade": graded(self.evals, task, run_id),
+            }
+            try:
+                await self._client.start_workflow(
+                    "HarnessRun",
+                    {"snapshot": snapshot, "conf": conf},
+                    id=run_id,
+                    task_queue=execution.task_queue,
+                    memo={"spec": self.spec.document.name, "task": task, "session": session},
+                    # a run id is never reused, even once its run ended (idempotency keys and
+                    # session slots rely on it)
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                )
+            except WorkflowAlreadyStartedError:
+                if idempotency_key is None:
+                    continue  # a run started at the same moment took the session's slot
+                snapshot = await self._snapshot(run_id)  # the idempotency key's run, as it is
+            except RPCError as exc:
+                raise ExecutionError(f"cannot start run {run_id} on Temporal: {exc}") from None
+            break
+        else:
+            raise ExecutionError(
+                f"cannot start a run in session {session}: its next slot was taken by another "
+                f"run {_SLOT_TRIES} times in a row; retry"
             )
-        except WorkflowAlreadyStartedError:  # the idempotency key's run, as it is
-            snapshot = await self._snapshot(run_id)
-        except RPCError as exc:
-            raise ExecutionError(f"cannot start run {run_id} on Temporal: {exc}") from None
         if conf["grade"]:
             self._grades.note(run_id)
         job = asyncio.ensure_future(self._rested(run_id))
@@ -208,23 +193,39 @@ class TemporalHarness(Harness):
         job.add_done_callback(self._background.discard)
         return RunHandle(run_id, str(snapshot["session_id"]), job, self)
 
-    async def _session_history(self, session_id: str) -> list[Message]:
-        """The messages of the session's completed runs on this task queue, oldest first."""
+    async def _place(
+        self, session: str, new: bool, idempotency_key: str | None
+    ) -> tuple[str, list[Message]]:
+        """The new run's id and its session's earlier conversation.
+
+        A run takes the session's next free slot (`temporal.sessions`); with an idempotency
+        key, its id is derived from the key instead.
+        """
         assert self._client is not None
         queue = self.spec.document.execution.task_queue
-        query = (
-            f"WorkflowType = 'HarnessRun' AND TaskQueue = '{queue}' "
-            "AND ExecutionStatus = 'Completed'"
+        taken: list[str] = []
+        free = 1
+        if not new:
+            try:
+                taken, free = await session_slots(self._client, queue, session)
+            except RPCError as exc:
+                raise ExecutionError(f"session {session}: Temporal answered {exc}") from None
+        if idempotency_key is not None:
+            run_id = f"run_{uuid.uuid5(uuid.NAMESPACE_URL, idempotency_key).hex}"
+        else:
+            run_id = slot_id(queue, session, free)
+        if new:
+            return run_id, []
+        return run_id, await session_history(
+            self._client, queue, session, taken, self._ended_snapshot
         )
-        earlier: list[dict[str, Any]] = []
-        async for wf in self._client.list_workflows(query):
-            if (await wf.memo()).get("session") != session_id:
-                continue
-            snap: dict[str, Any] = await self._client.get_workflow_handle(wf.id).result()
-            if snap["status"] == RunStatus.COMPLETED.value:
-                earlier.append(snap)
-        earlier.sort(key=lambda snap: float(snap["created_at"]))
-        return [m for snap in earlier for m in snap["state"].get("messages") or ()]
+
+    async def _ended_snapshot(self, run_id: str) -> dict[str, Any] | None:
+        """The run's snapshot; None when its workflow failed or was ended outside the harness."""
+        try:
+            return await self._snapshot(run_id)
+        except HarnessError:
+            return None
 
     async def run(
         self,
@@ -541,3 +542,31 @@ class TemporalHarness(Harness):
                     str(exc) or f"none stored within {_GRADES_WAIT:g}s (is a worker running?)",
                 )
         await super().aclose()
+
+
+def _initial(
+    run_id: str, session_id: str, started: Mapping[str, Any], *, record: bool
+) -> dict[str, Any]:
+    """A new run's snapshot, as its workflow starts (its journal: the `run.started` entry)."""
+    now = time.time()
+    journal = []
+    if record:
+        journal.append({**journal_dict(draft("run.started", started, step=0)), "seq": 1})
+    return {
+        "run_id": run_id,
+        "session_id": session_id,
+        "task": started["task"],
+        "tenant": started["tenant"],
+        "principal": started["principal"],
+        "input": started["input"],
+        "labels": started["labels"],
+        "record": record,
+        "journal": journal,
+        "status": RunStatus.RUNNING.value,
+        "state": RunState().to_dict(),
+        "control": None,
+        "approvals": [],
+        "events": [{"type": "run_started", "data": {"task": started["task"]}}],
+        "created_at": now,
+        "updated_at": now,
+    }

@@ -86,26 +86,40 @@ async def test_deadline_is_paused_while_the_run_waits_for_approval(
 async def test_a_session_carries_the_conversation_of_its_completed_runs(
     tmp_path: Path, temporal_server: str
 ) -> None:
+    """A run started the moment the session's last run completed sees it (no visibility lag)."""
     spec = make_spec(tmp_path, temporal_server)
     worker = WorkerProcess(spec)
     try:
-        async with ph.load(spec) as harness:
+        async with ph.load(spec) as harness, ph.load(spec) as elsewhere:
             first = await harness.run("small_refunds", "refund A-1", principal="ann")
             assert first.ok, first.error
-            for _ in range(50):  # Temporal's visibility lists an ended run a moment later
-                if await harness.runs(status="completed"):
-                    break
-                await asyncio.sleep(0.1)
-            second = await harness.run(
+            # at once, from another harness (nothing shared but the server)
+            second = await elsewhere.run(
                 "small_refunds", "and A-2?", principal="ann", session_id=first.session_id
             )
+            third = await harness.run(
+                "small_refunds", "and A-3?", principal="ann", session_id=first.session_id
+            )
+            # two runs started at the same moment in one session both start, one after another
+            racing = await asyncio.gather(
+                *(
+                    harness.submit(
+                        "small_refunds", f"and B-{i}?", principal="ann", session_id="ses_race"
+                    )
+                    for i in range(3)
+                )
+            )
+            raced = [await h.result() for h in racing]
             alone = await harness.run("small_refunds", "refund A-3", principal="ann")
-            recorded = await harness.recording(second.run_id)
+            recorded = [await harness.recording(r.run_id) for r in (second, third)]
             fresh = await harness.recording(alone.run_id)
     finally:
         worker.stop()
-    assert second.session_id == first.session_id
-    contents = [m.get("content") for m in recorded.history]
-    assert contents[0] == "refund A-1"
-    assert contents[-1] == "Refunded."
+    assert second.session_id == third.session_id == first.session_id
+    contents = [[m.get("content") for m in r.history] for r in recorded]
+    assert contents[0][0] == "refund A-1" and contents[0][-1] == "Refunded."
+    assert contents[1][: len(contents[0])] == contents[0]
+    assert contents[1][len(contents[0])] == "and A-2?" and contents[1][-1] == "Refunded."
     assert fresh.history == ()
+    assert len({r.run_id for r in raced}) == 3
+    assert all(r.ok and r.session_id == "ses_race" for r in raced), raced
