@@ -4,7 +4,10 @@
 run starts a workflow whose id is the run id; `result`, `runs` and `stream` read the workflows;
 `approve`, `resolve`, `resume`, `pause` and `cancel` are updates (a refused one is rejected by the
 workflow's validator and raises the same error as locally). The spec's store still
-holds what Temporal does not (online eval samples).
+holds what Temporal does not: the artifacts tools return and the online eval samples (both
+written by workers); `export` to `.hx` reads the journal from the workflow and the artifacts
+from that store (`temporal.records`). A session's runs take slots (`temporal.sessions`), so a
+new run finds the session's earlier runs without waiting for Temporal's visibility.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -38,20 +40,18 @@ from pytest_harness.errors import (
     UnknownExecutionKey,
     UnknownRun,
 )
-from pytest_harness.models.base import Message
 from pytest_harness.recording.model import Recording
 from pytest_harness.runtime.harness import Harness, RunHandle
 from pytest_harness.runtime.harness_control import _UNSET
-from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
-from pytest_harness.runtime.state import RunState
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
 from pytest_harness.temporal.grading import PendingGrades, graded
 from pytest_harness.temporal.records import result_of
-from pytest_harness.temporal.segment import journal_dict, record_of
-from pytest_harness.temporal.sessions import session_history, session_slots, slot_id
+from pytest_harness.temporal.segment import record_of
+from pytest_harness.temporal.sessions import place
+from pytest_harness.temporal.starting import first_snapshot, started_payload
 
 if TYPE_CHECKING:
     from pytest_harness.archive import ExportPolicy
@@ -138,25 +138,21 @@ class TemporalHarness(Harness):
         tenant_ = tenant if tenant is not None else who.tenant
         merged = {**plan.spec.labels, **(labels or {})}
         for _ in range(_SLOT_TRIES):
-            run_id, history = await self._place(session, session_id is None, idempotency_key)
-            started = {
-                "task": task,
-                "input": input,
-                "principal": who.to_dict(),
-                "tenant": tenant_,
-                "labels": merged,
-                "idempotency_key": idempotency_key,
-                "spec": self.spec.document.name,
-                "spec_digest": self.spec.digest,
-                "history": list(history),
-                # kept once: every request of the run has this prompt and these schemas
-                "system": plan.spec.prompt,
-                "tool_schemas": [
-                    {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-                    for t in plan.schemas
-                ],
-            }
-            snapshot = _initial(run_id, session, started, record=self.record)
+            try:
+                run_id, history = await place(
+                    self._client,
+                    execution.task_queue,
+                    session,
+                    idempotency_key=idempotency_key,
+                    new=session_id is None,
+                    snapshot=self._ended_snapshot,
+                )
+            except RPCError as exc:
+                raise ExecutionError(f"session {session}: Temporal answered {exc}") from None
+            started = started_payload(
+                self.spec, plan, input, who, tenant_, merged, idempotency_key, history
+            )
+            snapshot = first_snapshot(run_id, session, started, record=self.record)
             conf = {
                 "spec_digest": self.spec.digest,
                 "lease": self.spec.document.state.lease,
@@ -192,33 +188,6 @@ class TemporalHarness(Harness):
         self._background.add(job)
         job.add_done_callback(self._background.discard)
         return RunHandle(run_id, str(snapshot["session_id"]), job, self)
-
-    async def _place(
-        self, session: str, new: bool, idempotency_key: str | None
-    ) -> tuple[str, list[Message]]:
-        """The new run's id and its session's earlier conversation.
-
-        A run takes the session's next free slot (`temporal.sessions`); with an idempotency
-        key, its id is derived from the key instead.
-        """
-        assert self._client is not None
-        queue = self.spec.document.execution.task_queue
-        taken: list[str] = []
-        free = 1
-        if not new:
-            try:
-                taken, free = await session_slots(self._client, queue, session)
-            except RPCError as exc:
-                raise ExecutionError(f"session {session}: Temporal answered {exc}") from None
-        if idempotency_key is not None:
-            run_id = f"run_{uuid.uuid5(uuid.NAMESPACE_URL, idempotency_key).hex}"
-        else:
-            run_id = slot_id(queue, session, free)
-        if new:
-            return run_id, []
-        return run_id, await session_history(
-            self._client, queue, session, taken, self._ended_snapshot
-        )
 
     async def _ended_snapshot(self, run_id: str) -> dict[str, Any] | None:
         """The run's snapshot; None when its workflow failed or was ended outside the harness."""
@@ -542,31 +511,3 @@ class TemporalHarness(Harness):
                     str(exc) or f"none stored within {_GRADES_WAIT:g}s (is a worker running?)",
                 )
         await super().aclose()
-
-
-def _initial(
-    run_id: str, session_id: str, started: Mapping[str, Any], *, record: bool
-) -> dict[str, Any]:
-    """A new run's snapshot, as its workflow starts (its journal: the `run.started` entry)."""
-    now = time.time()
-    journal = []
-    if record:
-        journal.append({**journal_dict(draft("run.started", started, step=0)), "seq": 1})
-    return {
-        "run_id": run_id,
-        "session_id": session_id,
-        "task": started["task"],
-        "tenant": started["tenant"],
-        "principal": started["principal"],
-        "input": started["input"],
-        "labels": started["labels"],
-        "record": record,
-        "journal": journal,
-        "status": RunStatus.RUNNING.value,
-        "state": RunState().to_dict(),
-        "control": None,
-        "approvals": [],
-        "events": [{"type": "run_started", "data": {"task": started["task"]}}],
-        "created_at": now,
-        "updated_at": now,
-    }

@@ -23,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from pytest_harness.models.base import Message
 from pytest_harness.runtime.results import RunStatus
 
-__all__ = ["session_history", "session_slots", "slot_id"]
+__all__ = ["place", "session_history", "session_slots", "slot_id"]
 
 
 def slot_id(queue: str, session_id: str, n: int) -> str:
@@ -76,3 +76,31 @@ async def session_history(
             earlier.append(snap)
     earlier.sort(key=lambda snap: float(snap["created_at"]))
     return [m for snap in earlier for m in snap["state"].get("messages") or ()]
+
+
+async def place(
+    client: Client,
+    queue: str,
+    session_id: str,
+    *,
+    idempotency_key: str | None,
+    new: bool,
+    snapshot: Callable[[str], Awaitable[dict[str, Any] | None]],
+) -> tuple[str, list[Message]]:
+    """A new run's id and its session's earlier conversation.
+
+    The run takes the session's first free slot (slot 1 of a `new` session, read nothing);
+    with an idempotency key, its id is derived from the key instead. `RPCError` when the
+    server cannot be read.
+    """
+    taken: list[str] = []
+    free = 1
+    if not new:
+        taken, free = await session_slots(client, queue, session_id)
+    if idempotency_key is not None:
+        run_id = f"run_{uuid.uuid5(uuid.NAMESPACE_URL, idempotency_key).hex}"
+    else:
+        run_id = slot_id(queue, session_id, free)
+    if new:
+        return run_id, []
+    return run_id, await session_history(client, queue, session_id, taken, snapshot)
