@@ -57,11 +57,12 @@ if TYPE_CHECKING:
         UnknownTask,
     )
     from pytest_harness.evals.checks import GradeInput, Verdict
+    from pytest_harness.loading import load
     from pytest_harness.models.live import allow_live_models
     from pytest_harness.recording.model import Recording
     from pytest_harness.redaction import SecretPattern
     from pytest_harness.replay.report import ReplayReport
-    from pytest_harness.runtime.harness import Harness, RunHandle, load
+    from pytest_harness.runtime.harness import Harness, RunHandle
     from pytest_harness.runtime.principal import Principal
     from pytest_harness.runtime.results import (
         ApprovalRequest,
@@ -200,7 +201,7 @@ _LAZY: dict[str, str] = {
     "Verdict": "pytest_harness.evals.checks",
     "Harness": "pytest_harness.runtime.harness",
     "RunHandle": "pytest_harness.runtime.harness",
-    "load": "pytest_harness.runtime.harness",
+    "load": "pytest_harness.loading",
     "ReplayPolicy": "pytest_harness.spec.schema",
     "Recording": "pytest_harness.recording.model",
     "SecretPattern": "pytest_harness.redaction",

@@ -225,6 +225,6 @@ def _exit_for(result: RunResult) -> int:
 
 
 def _load(args: argparse.Namespace, *, record: bool | None = None) -> Harness:
-    from pytest_harness.runtime.harness import load
+    from pytest_harness.loading import load
 
     return load(args.spec, env=args.env, record=record)

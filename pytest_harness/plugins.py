@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
@@ -15,6 +16,8 @@ from pytest_harness.errors import HarnessError
 __all__ = ["Registry", "notify_checkpoint", "plugin_manager", "registry"]
 
 T = TypeVar("T")
+BUILTINS = "pytest_harness.builtins"
+"""The built-in plugin's module, named as its `pytest_harness` entry point names it."""
 logger = logging.getLogger(__name__)
 
 
@@ -24,8 +27,9 @@ def plugin_manager() -> pluggy.PluginManager:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     pm.load_setuptools_entrypoints(hookspecs.PROJECT)
-    from pytest_harness import builtins
-
+    # by name, as the entry point names it: the built-ins sit above every layer they wire in
+    # (providers, stores, checks, reports), so this module (below them all) never imports them
+    builtins = importlib.import_module(BUILTINS)
     if not pm.is_registered(builtins):  # running from a source tree without entry points
         pm.register(builtins, name="builtins")
     pm.check_pending()

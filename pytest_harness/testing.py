@@ -101,7 +101,7 @@ class SyncHarness:
         record: bool | None = None,
     ) -> SyncHarness:
         """`ph.load(...)`, blocking: the same arguments, a `SyncHarness` back."""
-        from pytest_harness.runtime.harness import load
+        from pytest_harness.loading import load
 
         return cls(load(path, env=env, store=store, record=record))
 

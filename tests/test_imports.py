@@ -80,7 +80,7 @@ def test_every_public_name_resolves(name: str) -> None:
 
 def test_public_names_are_the_defining_modules_objects() -> None:
     from pytest_harness.errors import HarnessError
-    from pytest_harness.runtime.harness import load
+    from pytest_harness.loading import load
     from pytest_harness.runtime.results import RunResult
 
     assert (ph.HarnessError, ph.RunResult, ph.load) == (HarnessError, RunResult, load)

@@ -14,6 +14,7 @@ import re
 import stat
 import zipfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
@@ -35,7 +36,7 @@ from pytest_harness.errors import ArchiveError
 from pytest_harness.store.base import JOURNAL_FORMAT
 from pytest_harness.tools.artifacts import ARTIFACT_URI
 
-__all__ = ["playback", "recording_from_archive", "verify_archive"]
+__all__ = ["playback", "replayable_records", "verify_archive"]
 
 _CHUNK = 64 * 1024
 _ENDED = frozenset({"completed", "refused", "limited", "failed", "cancelled"})
@@ -113,11 +114,11 @@ def playback(
     )
 
 
-def recording_from_archive(path: str | os.PathLike[str]) -> Any:
-    """The `Recording` of an archive exported with payloads (see `Recording.load`)."""
-    from pytest_harness.errors import HarnessError
-    from pytest_harness.recording.model import Recording
+def replayable_records(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any], ...]:
+    """The records of an archive exported with payloads, for `Recording.from_archive`.
 
+    `ArchiveError` when the file is missing, malformed, or was exported metadata-only.
+    """
     shown = os.fspath(path)
     if not Path(shown).is_file():
         raise ArchiveError(f"{shown}: file not found")
@@ -130,13 +131,7 @@ def recording_from_archive(path: str | os.PathLike[str]) -> Any:
             "incident.hx --include-payloads` (`export-incident STORE SESSION_ID RUN_ID "
             "incident.hx --include-payloads` after a crash)"
         )
-    try:
-        recording = Recording.from_journal(read.records)
-    except (HarnessError, KeyError, TypeError, ValueError) as exc:
-        raise ArchiveError(f"{shown}: its records do not make a recording: {exc}") from None
-    from dataclasses import replace
-
-    return replace(recording, source=Path(shown))
+    return read.records
 
 
 # -- reading ----------------------------------------------------------------------------------

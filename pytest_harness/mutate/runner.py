@@ -168,8 +168,8 @@ async def mutate(
     Raises `MutationError` when there is nothing to score or the recordings do not replay
     `same` against the unchanged spec, and `SpecError` when the spec itself does not load.
     """
+    from pytest_harness.loading import load
     from pytest_harness.replay.replayer import load_source
-    from pytest_harness.runtime.harness import load
 
     started = time.perf_counter()
     files = find_recordings(recordings)

@@ -195,10 +195,11 @@ class Cassette:
         return queues
 
     def _read(self, path: Path) -> Recording:
-        from pytest_harness.recording.golden import read_recording
+        from pytest_harness.recording.golden import recording_fields
+        from pytest_harness.recording.model import Recording
 
         try:
-            return read_recording(path)
+            return Recording(**recording_fields(path))
         except ArchiveError as exc:
             self._fail_error(
                 f"cannot answer {self.nodeid} from its golden file: {exc}; fix the file, or "

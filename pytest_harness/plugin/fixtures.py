@@ -74,7 +74,7 @@ def load_harness(
 
     `env="none"` loads the spec without an environment overlay (its base models, e.g. live).
     """
-    from pytest_harness.runtime.harness import load
+    from pytest_harness.loading import load
 
     if env == NO_ENV:
         return load(spec, env="", store=store, record=record)

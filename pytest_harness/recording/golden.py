@@ -25,17 +25,20 @@ import tempfile
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
 from pytest_harness.errors import ArchiveError, SpecError
-from pytest_harness.recording.model import ApprovalDecision, ModelTurn, Recording, ToolResult
+from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.runtime.results import RunStatus
 from pytest_harness.runtime.trace import Trace
 
-__all__ = ["FORMAT", "VERSION", "dump_recording", "read_recording", "write_recording"]
+if TYPE_CHECKING:
+    from pytest_harness.recording.model import Recording
+
+__all__ = ["FORMAT", "VERSION", "dump_recording", "recording_fields", "write_recording"]
 
 FORMAT = "pytest-harness/recording"
 VERSION = 2
@@ -138,8 +141,11 @@ class _File(_Strict):
     grades: list[_Grade] = []
 
 
-def read_recording(path: Path) -> Recording:
-    """Load a golden file; `ArchiveError` naming the file (and line) when it is malformed."""
+def recording_fields(path: Path) -> dict[str, Any]:
+    """A golden file's `Recording` fields (`Recording.load` makes the recording).
+
+    `ArchiveError` naming the file (and line) when it is malformed.
+    """
     from pytest_harness.spec.loader import validate_yaml
     from pytest_harness.spec.yamlio import read_yaml
 
@@ -153,7 +159,7 @@ def read_recording(path: Path) -> Recording:
     except SpecError as exc:
         raise ArchiveError(f"bad recording file {exc}") from None
     outcome = parsed.outcome
-    return Recording(
+    return dict(
         task=parsed.task,
         input=parsed.input,
         principal=parsed.principal,

@@ -11,12 +11,14 @@ loaded from a golden file or a `.hx` archive exported with payloads (`Recording.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_harness.errors import HarnessError
+from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.redaction import redact, stable_ids
 from pytest_harness.runtime.trace import Trace
 from pytest_harness.store.base import JournalEntry, RunRecord, Store
@@ -26,43 +28,6 @@ __all__ = ["ApprovalDecision", "ModelTurn", "Recording", "ToolResult"]
 
 REQUEST_PARTS = ("system", "tools", "messages")
 """The parts of a model request, each recorded by its own digest."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelTurn:
-    """One model request and the answer the run used (or the error it got).
-
-    `parts` holds the digests of the request's system prompt, tool schemas and messages (what
-    a replay compares, part by part); `digest` is the digest of the whole request, the only
-    one a `@1` golden file kept (empty when the turn came from a `@2` file).
-    """
-
-    model: str
-    digest: str
-    answer: Mapping[str, Any]
-    request: Mapping[str, Any] | None = None
-    parts: Mapping[str, str] | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolResult:
-    """A tool call the run made and its raw outcome."""
-
-    name: str
-    args: Mapping[str, Any]
-    outcome: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ApprovalDecision:
-    """An approver's answer to one tool call."""
-
-    tool: str
-    args: Mapping[str, Any]
-    rule: str | None
-    decision: str
-    approver: Mapping[str, Any]
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,13 +196,28 @@ class Recording:
         """
         path = Path(path)
         if path.suffix == ".hx":
-            from pytest_harness.archive.reader import recording_from_archive
+            return cls.from_archive(path)
+        from pytest_harness.recording.golden import recording_fields
 
-            recording: Recording = recording_from_archive(path)
-            return recording
-        from pytest_harness.recording.golden import read_recording
+        return cls(**recording_fields(path))
 
-        return read_recording(path)
+    @classmethod
+    def from_archive(cls, path: str | os.PathLike[str]) -> Recording:
+        """The recording of a `.hx` archive exported with payloads (any file name).
+
+        `ArchiveError` when the archive is malformed, holds no payloads, or its records do not
+        make a recording.
+        """
+        from pytest_harness.archive.reader import replayable_records
+        from pytest_harness.errors import ArchiveError
+
+        shown = os.fspath(path)
+        records = replayable_records(path)
+        try:
+            recording = cls.from_journal(records)
+        except (HarnessError, KeyError, TypeError, ValueError) as exc:
+            raise ArchiveError(f"{shown}: its records do not make a recording: {exc}") from None
+        return replace(recording, source=Path(shown))
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the recording as a golden file, atomically.

@@ -32,6 +32,7 @@ from pytest_harness.replay.report import (
 )
 from pytest_harness.replay.requests import request_changes
 from pytest_harness.replay.tape import Tape, TapeModel, TapeTool
+from pytest_harness.runtime.harness_control import HarnessControl
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.trace import Trace
@@ -66,8 +67,6 @@ async def replay(
 
     `tools="safe"` really invokes the tools whose replay policy is `safe`; None runs none.
     """
-    from pytest_harness.runtime.harness import Harness
-
     if tools is not None and tools not in TOOL_MODES:
         raise HarnessError(
             f"replay tools={tools!r}: choose None (no tool runs) or 'safe' (tools whose "
@@ -87,7 +86,7 @@ async def replay(
             for name, tool in plan.tools.items()
         },
     )
-    twin = Harness(
+    twin = HarnessControl(  # the runtime's own class: this module sits above `Harness`
         harness.spec,
         harness.plans,
         MemoryStore(),
@@ -167,7 +166,7 @@ async def replay(
 
 
 async def _answer_approvals(
-    twin: Harness, tape: Tape, result: RunResult, tenant: str | None
+    twin: HarnessControl, tape: Tape, result: RunResult, tenant: str | None
 ) -> RunResult:
     """Answer the replay's approvals with the recorded decisions, while any apply."""
     while result.status is RunStatus.AWAITING_APPROVAL:

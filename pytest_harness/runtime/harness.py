@@ -9,8 +9,9 @@ tool call a crash left uncertain. `stream` follows a run's event log by cursor.
 
 `Harness` is put together from parts: `runtime.harness_base` (state, lifecycle, creating and
 driving runs), `runtime.harness_control` (approvals, resolutions, pause, cancel, resume) and
-`runtime.approval_checks` (the checks on those answers); this module holds `load()`, the run,
-stream, recovery, recording and eval methods, and `RunHandle`.
+`runtime.approval_checks` (the checks on those answers); this module holds the run, stream,
+recovery, recording and eval methods, and `RunHandle`. `pytest_harness.loading.load()` makes
+one (it sits above the runtime: it also picks a store, online evals and Temporal execution).
 """
 
 from __future__ import annotations
@@ -21,85 +22,21 @@ import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from pytest_harness.hookspecs import StoreFactory
-from pytest_harness.plugins import registry
 from pytest_harness.runtime.events import follow
 from pytest_harness.runtime.harness_base import EndedRuns
 from pytest_harness.runtime.harness_control import HarnessControl
-from pytest_harness.runtime.plan import Plans
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
-from pytest_harness.spec.spec import Spec
-from pytest_harness.store.base import Event, RunRecord, Sample, Store, parse_cursor
+from pytest_harness.store.base import Event, RunRecord, Sample, parse_cursor
 
 if TYPE_CHECKING:
     from pytest_harness.archive.export import ExportPolicy
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
 
-__all__ = ["EndedRuns", "Harness", "RunHandle", "load"]
-
-
-def load(
-    path: str | os.PathLike[str],
-    *,
-    env: str | None = None,
-    store: Store | str | None = None,
-    record: bool | None = None,
-) -> Harness:
-    """Load `harness.yaml` and return a `Harness` (use it as `async with`, or `await aclose()`).
-
-    `env` picks an environment overlay (default: `$HARNESS_ENV`, else none). `store` replaces
-    the spec's `state.use`: a store name (`"memory"`, `"sqlite"`) or a `Store` instance.
-    `record` overrides `state.record` (an org baseline may lock it).
-    """
-    from pytest_harness.spec.loader import load_spec
-    from pytest_harness.tools.registry import ToolSet
-
-    spec = load_spec(Path(path), env=env, record=record)
-    plans = Plans(spec, ToolSet.from_spec(spec))
-    made = _make_store(spec, store)
-    evals: EndedRuns | None = None
-    if spec.document.evals.online.graders:
-        from pytest_harness.evals.online import OnlineEvals
-
-        evals = OnlineEvals(spec, plans, made)
-    if spec.document.execution.use == "temporal":
-        return _temporal(spec, plans, made, evals, record)
-    return Harness(spec, plans, made, evals=evals, record=record)
-
-
-def _temporal(
-    spec: Spec, plans: Plans, store: Store, evals: EndedRuns | None, record: bool | None
-) -> Harness:
-    """The seam to Temporal execution (DESIGN §14): imported only when the spec asks for it."""
-    from pytest_harness.errors import ExecutionError
-
-    try:
-        from pytest_harness.temporal.client import TemporalHarness
-    except ImportError as exc:
-        raise ExecutionError(
-            f"{spec.path} execution.use: temporal needs the Temporal SDK: "
-            f"pip install 'pytest-harness[temporal]' ({exc})"
-        ) from None
-    return TemporalHarness(spec, plans, store, evals=evals, record=record)
-
-
-def _make_store(spec: Spec, store: Store | str | None) -> Store:
-    if store is not None and not isinstance(store, str):
-        return store
-    state = spec.document.state
-    name = store or state.use
-    factory = registry("harness_stores").get(name)
-    if factory is None:
-        from pytest_harness.errors import did_you_mean
-
-        known = registry("harness_stores").names()
-        raise spec.error(f"unknown store {name!r}{did_you_mean(name, known)}", ("state", "use"))
-    return cast(StoreFactory, factory)(state, spec)
+__all__ = ["EndedRuns", "Harness", "RunHandle"]
 
 
 class RunHandle:
@@ -134,20 +71,6 @@ class Harness(HarnessControl):
 
     Create it with `pytest_harness.load(...)`; close it with `async with` or `aclose()`.
     """
-
-    # -- lifecycle -----------------------------------------------------------------------
-
-    async def __aenter__(self) -> Harness:
-        await self._open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- runs ----------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ import time
 import uuid
 import warnings
 from collections.abc import Mapping
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Protocol, Self
 
 from pytest_harness.errors import RecordingError, RunBusy, StoreError, UnknownTask
 from pytest_harness.models.base import Message
@@ -88,6 +89,18 @@ class HarnessBase:
         self._stopping = False
 
     # -- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self._open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Wait for submitted runs to stop and pending eval grades to be stored; close the store."""

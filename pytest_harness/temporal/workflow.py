@@ -18,8 +18,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    import pytest_harness.temporal.checks as checks
     from pytest_harness.store.base import JOURNAL_FORMAT
-    from pytest_harness.temporal import checks
 
 __all__ = ["HarnessRun"]
 
