@@ -23,7 +23,7 @@ from pytest_harness.errors import SpecError
 from pytest_harness.hookspecs import GuardCheckFactory
 from pytest_harness.runtime.guards import GuardChecker, GuardContext
 from pytest_harness.runtime.results import RunResult
-from pytest_harness.spec.schema import GraderSpec, GuardSpec
+from pytest_harness.spec.schema import GraderSpec, GuardAction, GuardSpec, GuardTarget
 from pytest_harness.spec.spec import KeyPath, Spec
 
 __all__ = [
@@ -95,19 +95,17 @@ def build_check(check: str, grader: GraderSpec, spec: Spec, where: KeyPath) -> G
 def _guard_check(check: str, grader: GraderSpec, spec: Spec, where: KeyPath) -> GraderCheck:
     from pytest_harness.plugins import registry
 
-    guard = GuardSpec.model_validate(
-        {
-            "id": grader.id,
-            "on": "output",
-            "check": check,
-            "action": "warn",
-            "pattern": grader.pattern,
-            "text": grader.text,
-            "ignore_case": grader.ignore_case,
-            "max": grader.max,
-            "schema": grader.schema_,
-            "when": grader.when,
-        }
+    guard = GuardSpec(  # the grader's fields were validated with it: they fit a guard's
+        id=grader.id,
+        on=GuardTarget.OUTPUT,
+        check=check,
+        action=GuardAction.WARN,
+        pattern=grader.pattern,
+        text=grader.text,
+        ignore_case=grader.ignore_case,
+        max=grader.max,
+        schema_=grader.schema_,
+        when=grader.when,
     )
     if check == "cel":  # the guard check reads its compiled expression by id
         programs = {grader.id: spec.grader_programs[grader.id]}

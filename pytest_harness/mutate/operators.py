@@ -17,6 +17,7 @@ The org baseline's rules and guards are not mutated: they belong to another file
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ def make_mutants(document: SpecDocument, recordings: Sequence[Recording]) -> lis
                     changes=((("tasks", name, "tools"), kept),),
                 )
             )
-        out += _budget_mutants(name, task.budget.model_dump(), recordings)
+        out += _budget_mutants(name, dataclasses.asdict(task.budget), recordings)
     return out
 
 
@@ -324,5 +325,7 @@ def _budget_mutants(
 
 
 def _dump(item: RuleSpec | GuardSpec) -> dict[str, Any]:
-    data: dict[str, Any] = item.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    from pytest_harness.spec.validation import dump
+
+    data: dict[str, Any] = dump(item)
     return data

@@ -26,18 +26,18 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, NoneType, UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails
 
 from pytest_harness.cel import CelProgram, CelSyntaxError, compile_expression
 from pytest_harness.errors import SpecError, did_you_mean
-from pytest_harness.spec.schema import GuardSpec, RuleSpec, SpecDocument, resolve_path
+from pytest_harness.spec.schema import STRICT, GuardSpec, RuleSpec, SpecDocument, resolve_path
 from pytest_harness.spec.spec import KeyPath, Spec, format_key_path, is_name, quote_key
+from pytest_harness.spec.validation import ValidationError, dump, field_types, validate
 from pytest_harness.spec.yamlio import YamlDoc, read_yaml
 
 __all__ = ["GUARD_VARIABLES", "RULE_VARIABLES", "load_spec", "validate_yaml"]
@@ -47,13 +47,16 @@ RULE_VARIABLES = frozenset({"tool", "args", "task", "principal", "step", "spent"
 GUARD_VARIABLES = frozenset({"text", "on", "task", "tool", "args", "principal", "labels"})
 """The variables a `cel` guard's `when` may use."""
 
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M")
 _BASELINE: KeyPath = ("baseline",)
 _COMPREHENSION = re.compile(
     r"\b(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_]\w*)\s*(?:,\s*([A-Za-z_]\w*)\s*)?,"
 )
 _LOCK_SEGMENT = re.compile(r"([^.\[\]]+)((?:\[\d+\])*)")
+_EXTRA = ("extra_forbidden", "unexpected_keyword_argument")
+"""Pydantic's error types for an unknown key (of a model; of a dataclass)."""
 _WORDING = {
+    "a dictionary or an instance of": "a mapping or instance of",
     "a valid dictionary": "a mapping",
     "a valid list": "a list",
     "a valid tuple": "a list",
@@ -66,12 +69,13 @@ _WORDING = {
 }
 
 
-class _BaselineDocument(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class _BaselineDocument:
     """An org baseline: locked keys, and rules and guards prepended to every task."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    __pydantic_config__ = STRICT
 
-    locks: dict[str, Any] = {}
+    locks: dict[str, Any] = field(default_factory=dict)
     rules: tuple[RuleSpec, ...] = ()
     guards: tuple[GuardSpec, ...] = ()
 
@@ -365,19 +369,22 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def validate_yaml(model: type[_M], doc: YamlDoc) -> _M:
-    """Validate a parsed YAML file with a pydantic model; one `SpecError` at the right line."""
+    """Validate a parsed YAML file into `model`; one `SpecError` at the right line.
+
+    `model` is a pydantic model or a dataclass of `spec.schema`'s kind.
+    """
     return _validate(model, doc.data, _Where(doc))
 
 
 def _validate(model: type[_M], data: Any, where: _Where, prefix: KeyPath = ()) -> _M:
     try:
-        return model.model_validate(data)
+        return validate(model, data)
     except ValidationError as exc:
         raise _schema_error(exc, model, data, where, prefix) from None
 
 
 def _schema_error(
-    exc: ValidationError, model: type[BaseModel], data: Any, where: _Where, prefix: KeyPath
+    exc: ValidationError, model: type[Any], data: Any, where: _Where, prefix: KeyPath
 ) -> SpecError:
     """One `SpecError` for the problem nearest the top of the file, counting the others."""
     groups: dict[KeyPath, list[ErrorDetails]] = {}
@@ -400,7 +407,7 @@ def _schema_error(
 
 
 def _is_extra(errors: list[ErrorDetails]) -> bool:
-    return errors[0]["type"] == "extra_forbidden"
+    return errors[0]["type"] in _EXTRA
 
 
 def _real_path(data: Any, loc: Iterable[str | int]) -> KeyPath:
@@ -414,13 +421,13 @@ def _real_path(data: Any, loc: Iterable[str | int]) -> KeyPath:
     return tuple(path)
 
 
-def _describe(model: type[BaseModel], path: KeyPath, errors: list[ErrorDetails]) -> str:
+def _describe(model: type[Any], path: KeyPath, errors: list[ErrorDetails]) -> str:
     missing = list(dict.fromkeys(str(e["loc"][-1]) for e in errors if e["type"] == "missing"))
     if missing:
         names = ", ".join(repr(m) for m in missing)
         return f"missing required key{'s' if len(missing) > 1 else ''} {names}"
     first = errors[0]
-    if first["type"] == "extra_forbidden" and path:
+    if first["type"] in _EXTRA and path:
         key = str(path[-1])
         if not is_name(key):  # file content, not a key someone misspelt: never quote it
             known = ", ".join(_keys_at(model, path[:-1]))
@@ -451,25 +458,23 @@ def _expected(message: str) -> str:
     return rest
 
 
-def _keys_at(model: type[BaseModel], path: KeyPath) -> list[str]:
+def _keys_at(model: type[Any], path: KeyPath) -> list[str]:
     """Return the keys the schema allows at `path` (for did-you-mean), or none if unknown."""
     tp: Any = model
     for part in path:
         tp = _strip_optional(tp)
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            fields = {f.alias or name: f for name, f in tp.model_fields.items()}
+        fields = field_types(tp)
+        if fields is not None:
             if not isinstance(part, str) or part not in fields:
                 return []
-            tp = fields[part].annotation
+            tp = fields[part]
         elif get_origin(tp) in (dict, tuple, list):
             args = get_args(tp)
             tp = args[-1] if get_origin(tp) is dict else args[0]
         else:
             return []
-    tp = _strip_optional(tp)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return [f.alias or name for name, f in tp.model_fields.items()]
-    return []
+    fields = field_types(_strip_optional(tp))
+    return [] if fields is None else list(fields)
 
 
 def _strip_optional(tp: Any) -> Any:
@@ -701,13 +706,9 @@ def _digest(document: SpecDocument, baseline: _BaselineDocument) -> str:
     Values equal to their defaults are left out, so a new optional key (with its default) does
     not change the digest of the specs that do not set it.
     """
-
-    def dump(model: BaseModel, exclude: set[str] | None = None) -> Any:
-        return model.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=exclude)
-
     payload = {
         # graders never change what a run does, so editing them does not change the digest
-        "document": dump(document, {"environments", "evals"}),
+        "document": dump(document, exclude={"environments", "evals"}),
         "baseline": {
             "rules": [dump(r) for r in baseline.rules],
             "guards": [dump(g) for g in baseline.guards],

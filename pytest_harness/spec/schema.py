@@ -1,18 +1,23 @@
-"""The schema of `harness.yaml` (DESIGN §3), as pydantic models.
+"""The schema of `harness.yaml` (DESIGN §3): frozen dataclasses and enums, no pydantic.
 
-Unknown keys are errors (`extra="forbid"`); every model is frozen. Cross-references (a task's
-tools, rules and guards; a model's fallbacks) and CEL are checked by the loader, which knows the
-lines to point at.
+These classes are what the runtime reads. They import nothing but the standard library, so a
+process that takes its spec from the spec cache (`spec.cache`) never imports pydantic. The
+loader validates a document into them with pydantic (`spec.validation`), which reads the
+constraints written here as `Annotated` metadata ([`Min`][], [`Max`][], [`DURATION`][], …) and
+each class's `__pydantic_config__`: unknown keys are errors (`extra="forbid"`), and a field
+whose name ends in `_` or is `schema_name` is written `schema` in the file. Cross-references (a
+task's tools, rules and guards; a model's fallbacks) and CEL are checked by the loader, which
+knows the lines to point at.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
-
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
     "DEFAULT_RETRY_BUDGET",
@@ -63,25 +68,89 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-"""Seconds, written as `30s`, `5m`, `2h` or a number."""
-
-
 def _positive(seconds: float) -> float:
     if seconds <= 0:
         raise ValueError("must be more than zero seconds")
     return seconds
 
 
-PositiveDuration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_positive)]
+class _Check:
+    """`Annotated` metadata: a function pydantic runs on the value before or after its type.
+
+    Pydantic finds `__get_pydantic_core_schema__` on metadata by name, so declaring a check
+    imports nothing; `pydantic_core` is imported when a schema is built (validation only).
+    """
+
+    __slots__ = ("after", "function")
+
+    def __init__(self, function: Callable[[Any], Any], *, after: bool = False) -> None:
+        self.function = function
+        self.after = after
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
+        from pydantic_core import core_schema
+
+        inner = handler(source)
+        if self.after:
+            return core_schema.no_info_after_validator_function(self.function, inner)
+        return core_schema.no_info_before_validator_function(self.function, inner)
+
+
+class _Bound:
+    """`Annotated` metadata: a numeric bound (`ge`, `gt` or `le`), applied by pydantic."""
+
+    __slots__ = ("op", "value")
+
+    def __init__(self, op: Literal["ge", "gt", "le"], value: float) -> None:
+        self.op = op
+        self.value = value
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
+        import annotated_types
+
+        bound = {"ge": annotated_types.Ge, "gt": annotated_types.Gt, "le": annotated_types.Le}
+        return handler(Annotated[source, bound[self.op](self.value)])
+
+
+def Min(value: float) -> _Bound:
+    """At least `value`."""
+    return _Bound("ge", value)
+
+
+def Max(value: float) -> _Bound:
+    """At most `value`."""
+    return _Bound("le", value)
+
+
+def Above(value: float) -> _Bound:
+    """More than `value`."""
+    return _Bound("gt", value)
+
+
+DURATION = _Check(parse_duration)
+"""`Annotated` metadata: the value is read with [`parse_duration`][]."""
+POSITIVE = _Check(_positive, after=True)
+"""`Annotated` metadata: the seconds must be more than zero."""
+
+Duration = Annotated[float, DURATION]
+"""Seconds, written as `30s`, `5m`, `2h` or a number."""
+
+PositiveDuration = Annotated[float, DURATION, POSITIVE]
 """A `Duration` that must be more than zero."""
+
+
+def alias(name: str) -> str:
+    """The key a field is written as in the file: `schema` for `schema_` and `schema_name`."""
+    return "schema" if name in ("schema_", "schema_name") else name
+
+
+STRICT: dict[str, Any] = {"extra": "forbid", "alias_generator": alias}
+"""Pydantic's config of every spec class (a plain dict: `ConfigDict` is a `TypedDict`)."""
+
+_spec = dataclass(frozen=True, kw_only=True)
 
 DEFAULT_RETRY_BUDGET = 300.0
 """Seconds of retry waits one run may spend on one model (`models.<name>.retry_budget`)."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class OnTruncation(str, Enum):
@@ -127,22 +196,28 @@ class GuardAction(str, Enum):
     WARN = "warn"
 
 
-class Price(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Price:
     """Dollars per million tokens."""
 
-    input_per_mtok: float = Field(default=0.0, ge=0)
-    output_per_mtok: float = Field(default=0.0, ge=0)
+    __pydantic_config__ = STRICT
+
+    input_per_mtok: Annotated[float, Min(0)] = 0.0
+    output_per_mtok: Annotated[float, Min(0)] = 0.0
 
 
-class ModelSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
     """A model: its provider (`use`) and the provider's settings."""
+
+    __pydantic_config__ = STRICT
 
     use: str
     model: str | None = None
     api_key_env: str | None = None
     base_url: str | None = None
     price: Price = Price()
-    retries: int = Field(default=2, ge=0, le=20)
+    retries: Annotated[int, Min(0), Max(20)] = 2
     retry_budget: PositiveDuration = DEFAULT_RETRY_BUDGET
     """Seconds of retry waits (backoff, `Retry-After`) one run may spend on this model, counted
     across processes: a resumed run continues with what is left."""
@@ -155,14 +230,17 @@ class ModelSpec(_Strict):
     """`scripted`: a script file (relative to the spec) or the turns inline."""
     call: str | None = None
     """`function`: `module:function` called with each `ModelRequest`."""
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = field(default_factory=dict)
     """Extra request fields for live providers (`max_tokens`, `temperature`, …); plugin settings."""
     on_truncation: OnTruncation = OnTruncation.FAIL
     """What a run does with an answer cut at its token limit: `fail`, `continue` or `accept`."""
 
 
-class ToolSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
     """A tool: the Python callable behind it and what recovery may do with it."""
+
+    __pydantic_config__ = STRICT
 
     call: str
     replay: ReplayPolicy = ReplayPolicy.MANUAL
@@ -170,8 +248,11 @@ class ToolSpec(_Strict):
     description: str | None = None
 
 
-class RuleSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class RuleSpec:
     """A CEL condition on a proposed tool call, with its effect."""
+
+    __pydantic_config__ = STRICT
 
     id: str
     when: str
@@ -182,8 +263,11 @@ class RuleSpec(_Strict):
     """What the model is told when the rule denies a call."""
 
 
-class GuardSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class GuardSpec:
     """A check on the input, the output or a tool result, with its action."""
+
+    __pydantic_config__ = STRICT
 
     id: str
     on: GuardTarget
@@ -195,9 +279,9 @@ class GuardSpec(_Strict):
     text: str | tuple[str, ...] | None = None
     """`contains`: the text (or any of the texts) searched for."""
     ignore_case: bool = False
-    max: int | None = Field(default=None, ge=0)
+    max: Annotated[int, Min(0)] | None = None
     """`max_length`: the most characters allowed."""
-    schema_: dict[str, Any] | str | None = Field(default=None, alias="schema")
+    schema_: dict[str, Any] | str | None = None
     """`json_schema`: the schema inline, or a JSON/YAML file relative to the spec."""
     when: str | None = None
     """`cel`: fires when this expression is true (variables `text`, `on`, `task`, `tool`, …)."""
@@ -206,17 +290,23 @@ class GuardSpec(_Strict):
     message: str | None = None
 
 
-class Budget(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class Budget:
     """Limits of one run; a run that reaches one ends `limited`."""
 
-    steps: int | None = Field(default=None, ge=1)
-    tokens: int | None = Field(default=None, ge=1)
-    usd: float | None = Field(default=None, gt=0)
-    tool_calls: int | None = Field(default=None, ge=0)
+    __pydantic_config__ = STRICT
+
+    steps: Annotated[int, Min(1)] | None = None
+    tokens: Annotated[int, Min(1)] | None = None
+    usd: Annotated[float, Above(0)] | None = None
+    tool_calls: Annotated[int, Min(0)] | None = None
 
 
-class TaskSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec:
     """A named job: prompt, model, tools, rules, guards, budget, deadline."""
+
+    __pydantic_config__ = STRICT
 
     prompt: str
     model: str = "default"
@@ -227,17 +317,21 @@ class TaskSpec(_Strict):
     """Guard ids that apply; omitted: every guard."""
     budget: Budget = Budget()
     deadline: Duration | None = None
-    labels: dict[str, str] = {}
+    labels: dict[str, str] = field(default_factory=dict)
 
 
-class PoolSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class PoolSpec:
     """The connection pool of a server store (`state.pool`): at least `min`, at most `max`."""
 
-    min: int = Field(default=1, ge=0)
-    max: int = Field(default=10, ge=1)
+    __pydantic_config__ = STRICT
+
+    min: Annotated[int, Min(0)] = 1
+    max: Annotated[int, Min(1)] = 10
 
 
-class StateSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class StateSpec:
     """Where runs are kept.
 
     `path`, `synchronous` and `busy_timeout` are sqlite's; `dsn_env`, `schema` and `pool` are
@@ -245,10 +339,12 @@ class StateSpec(_Strict):
     spec). `lease` is every durable store's.
     """
 
+    __pydantic_config__ = STRICT
+
     use: str = "memory"
     path: str = ".harness/state.db"
     dsn_env: str = "DATABASE_URL"
-    schema_name: str = Field(default="harness", alias="schema")
+    schema_name: str = "harness"
     pool: PoolSpec = PoolSpec()
     record: bool = False
     lease: Duration = 30.0
@@ -256,8 +352,11 @@ class StateSpec(_Strict):
     busy_timeout: Duration = 5.0
 
 
-class ExecutionSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class ExecutionSpec:
     """Where runs execute (DESIGN §14): the built-in loop over the store, or Temporal."""
+
+    __pydantic_config__ = STRICT
 
     use: Literal["local", "temporal"] = "local"
     address: str = "127.0.0.1:7233"
@@ -273,8 +372,11 @@ class GraderTarget(str, Enum):
     TRACE = "trace"
 
 
-class GraderSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class GraderSpec:
     """An online eval grader (DESIGN §15): a check on an ended run, scored 0..1."""
+
+    __pydantic_config__ = STRICT
 
     id: str
     on: GraderTarget = GraderTarget.OUTPUT
@@ -286,9 +388,9 @@ class GraderSpec(_Strict):
     text: str | tuple[str, ...] | None = None
     """`contains`: passes when the text (or any of the texts) is found."""
     ignore_case: bool = False
-    max: int | None = Field(default=None, ge=0)
+    max: Annotated[int, Min(0)] | None = None
     """`max_length`: passes when the text has at most this many characters."""
-    schema_: dict[str, Any] | str | None = Field(default=None, alias="schema")
+    schema_: dict[str, Any] | str | None = None
     """`json_schema`: passes when the text is JSON valid against this schema (inline or a file)."""
     when: str | None = None
     """`cel`: passes when this expression is true (the variables of a `cel` guard)."""
@@ -298,44 +400,53 @@ class GraderSpec(_Strict):
     """`model`: the judge, a model of `models:`."""
     prompt: str | None = None
     """`model`: the judge's instructions; it answers with a score."""
-    pass_at: float = Field(default=0.5, ge=0, le=1)
+    pass_at: Annotated[float, Min(0), Max(1)] = 0.5
     """A score at or above this passes."""
     tasks: tuple[str, ...] | None = None
     """Only the runs of these tasks (default: every task)."""
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = field(default_factory=dict)
     """Settings of a check a plugin adds (`harness_graders`)."""
     timeout: Duration = 60.0
     """A grade that takes longer is recorded as an error."""
 
 
-class OnlineEvalsSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class OnlineEvalsSpec:
     """`evals.online`: which ended runs are graded, and by what."""
 
-    sample: float = Field(default=1.0, ge=0, le=1)
+    __pydantic_config__ = STRICT
+
+    sample: Annotated[float, Min(0), Max(1)] = 1.0
     """The share of ended runs graded, chosen by a hash of the run id."""
     graders: tuple[GraderSpec, ...] = ()
 
 
-class EvalsSpec(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class EvalsSpec:
     """`evals:`."""
+
+    __pydantic_config__ = STRICT
 
     online: OnlineEvalsSpec = OnlineEvalsSpec()
 
 
-class SpecDocument(_Strict):
+@dataclass(frozen=True, kw_only=True)
+class SpecDocument:
     """The whole `harness.yaml` after the environment overlay and the org baseline."""
+
+    __pydantic_config__ = STRICT
 
     version: Literal[1]
     name: str
-    models: dict[str, ModelSpec] = {}
-    tools: dict[str, ToolSpec] = {}
+    models: dict[str, ModelSpec] = field(default_factory=dict)
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
     rules: tuple[RuleSpec, ...] = ()
     guards: tuple[GuardSpec, ...] = ()
     tasks: dict[str, TaskSpec]
     state: StateSpec = StateSpec()
     execution: ExecutionSpec = ExecutionSpec()
     evals: EvalsSpec = EvalsSpec()
-    environments: dict[str, dict[str, Any]] = {}
+    environments: dict[str, dict[str, Any]] = field(default_factory=dict)
     baseline: str | None = None
 
 

@@ -25,6 +25,7 @@ from pytest_harness.importing import import_callable
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.spec.schema import SpecDocument, ToolSpec
 from pytest_harness.spec.spec import Spec
+from pytest_harness.spec.validation import validate
 from pytest_harness.tools import (
     InvalidToolArguments,
     Tool,
@@ -87,8 +88,14 @@ def make_spec(root: Path, tools: Mapping[str, Mapping[str, Any]]) -> Spec:
     lines += ["tasks:", "  t:", "    prompt: hi"]
     path = root / "harness.yaml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    document = SpecDocument.model_validate(
-        {"version": 1, "name": "tools-test", "tools": dict(tools), "tasks": {"t": {"prompt": "hi"}}}
+    document = validate(
+        SpecDocument,
+        {
+            "version": 1,
+            "name": "tools-test",
+            "tools": dict(tools),
+            "tasks": {"t": {"prompt": "hi"}},
+        },
     )
     return Spec(document=document, path=path, env=None, digest="x", locations=locations)
 
