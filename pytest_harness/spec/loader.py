@@ -29,16 +29,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, NoneType, UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin
-
-from pydantic_core import ErrorDetails
+from typing import TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin
 
 from pytest_harness.cel import CelProgram, CelSyntaxError, compile_expression
 from pytest_harness.errors import SpecError, did_you_mean
+from pytest_harness.spec import cache as spec_cache
 from pytest_harness.spec.schema import STRICT, GuardSpec, RuleSpec, SpecDocument, resolve_path
 from pytest_harness.spec.spec import KeyPath, Spec, format_key_path, is_name, quote_key
-from pytest_harness.spec.validation import ValidationError, dump, field_types, validate
-from pytest_harness.spec.yamlio import YamlDoc, read_yaml
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from pydantic_core import ErrorDetails
+
+    from pytest_harness.spec.yamlio import YamlDoc
 
 __all__ = ["GUARD_VARIABLES", "RULE_VARIABLES", "load_spec", "validate_yaml"]
 
@@ -85,6 +88,8 @@ class _Baseline:
     path: Path
     file: str
     document: _BaselineDocument
+    sha256: str | None
+    """The digest of the bytes read (for the spec cache)."""
 
 
 def load_spec(
@@ -103,6 +108,30 @@ def load_spec(
     checked exactly as a spec file would be).
     """
     spec_path = Path(os.path.abspath(path))
+    env_name, env_source = _choose_env(env)
+    cached = edit is None and spec_cache.enabled()
+    spec_sha = None
+    if cached:
+        hit = spec_cache.read(spec_path, env_name, record)
+        if hit is not None:
+            return hit
+        spec_sha = spec_cache.file_digest(spec_path)
+    spec, baseline = _check(spec_path, env_name, env_source, record, edit)
+    if cached:
+        spec_cache.write(spec, record, spec_sha, baseline.sha256 if baseline else None)
+    return spec
+
+
+def _check(
+    spec_path: Path,
+    env_name: str | None,
+    env_source: str,
+    record: bool | None,
+    edit: Callable[[dict[str, Any]], None] | None,
+) -> tuple[Spec, _Baseline | None]:
+    """Read, merge and check the spec file (every step of `load_spec` but the cache)."""
+    from pytest_harness.spec.yamlio import read_yaml
+
     doc = read_yaml(spec_path)
     if not isinstance(doc.data, dict):
         raise SpecError(
@@ -113,7 +142,6 @@ def load_spec(
         )
     data: dict[str, Any] = doc.data
     where = _Where(doc)
-    env_name, env_source = _choose_env(env)
     env_paths: set[KeyPath] = set()
     if env_name is not None:
         env_paths = _apply_environment(data, env_name, env_source, where)
@@ -129,7 +157,7 @@ def load_spec(
     _check_references(document, base, where)
     rule_programs, guard_programs = _compile(document, base, where)
     grader_programs = _check_graders(document, where)
-    return Spec(
+    spec = Spec(
         document=document,
         path=spec_path,
         env=env_name,
@@ -142,6 +170,7 @@ def load_spec(
         baseline_guards=base.guards,
         baseline_path=baseline.path if baseline is not None else None,
     )
+    return spec, baseline
 
 
 class _Where:
@@ -247,6 +276,9 @@ def _load_baseline(data: dict[str, Any], spec_path: Path, where: _Where) -> _Bas
     path = resolve_path(spec_path.parent, raw)
     if not path.is_file():
         raise where.error(f"baseline file not found: {path}", _BASELINE)
+    from pytest_harness.spec.yamlio import read_yaml
+
+    sha256 = spec_cache.file_digest(path)
     doc = read_yaml(path)
     content = {} if doc.data is None else doc.data
     if not isinstance(content, dict):
@@ -258,7 +290,7 @@ def _load_baseline(data: dict[str, Any], spec_path: Path, where: _Where) -> _Bas
         )
     where.add(doc, _BASELINE)
     document = _validate(_BaselineDocument, content, where, _BASELINE)
-    return _Baseline(path=path, file=doc.file, document=document)
+    return _Baseline(path=path, file=doc.file, document=document, sha256=sha256)
 
 
 def _apply_locks(
@@ -377,6 +409,8 @@ def validate_yaml(model: type[_M], doc: YamlDoc) -> _M:
 
 
 def _validate(model: type[_M], data: Any, where: _Where, prefix: KeyPath = ()) -> _M:
+    from pytest_harness.spec.validation import ValidationError, validate
+
     try:
         return validate(model, data)
     except ValidationError as exc:
@@ -460,6 +494,8 @@ def _expected(message: str) -> str:
 
 def _keys_at(model: type[Any], path: KeyPath) -> list[str]:
     """Return the keys the schema allows at `path` (for did-you-mean), or none if unknown."""
+    from pytest_harness.spec.validation import field_types
+
     tp: Any = model
     for part in path:
         tp = _strip_optional(tp)
@@ -706,6 +742,8 @@ def _digest(document: SpecDocument, baseline: _BaselineDocument) -> str:
     Values equal to their defaults are left out, so a new optional key (with its default) does
     not change the digest of the specs that do not set it.
     """
+    from pytest_harness.spec.validation import dump
+
     payload = {
         # graders never change what a run does, so editing them does not change the digest
         "document": dump(document, exclude={"environments", "evals"}),
