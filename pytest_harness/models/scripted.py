@@ -14,6 +14,7 @@ import fnmatch
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -184,6 +185,26 @@ def parse_script(data: Any, *, error: ErrorAt = _python_error) -> Script:
     return Script(turns=turns(data, ()))
 
 
+def _read_script(folder: Path, path: Path) -> Script:
+    """The script in the YAML file `path`, its data from the spec cache when unchanged."""
+    from pytest_harness.spec import cache as spec_cache
+    from pytest_harness.spec import yamlcache
+
+    data = yamlcache.read(folder, path)
+    if data is not yamlcache.MISSING:
+        try:
+            return parse_script(data)
+        except SpecError:  # read the file itself: its error names the line
+            pass
+    from pytest_harness.spec.yamlio import read_yaml
+
+    sha = spec_cache.file_digest(path)
+    doc = read_yaml(path)
+    script = parse_script(doc.data, error=doc.error)
+    yamlcache.write(folder, path, sha, doc.data)
+    return script
+
+
 class ScriptedProvider:
     """Answers each model request with the next turn of its script."""
 
@@ -204,10 +225,9 @@ class ScriptedProvider:
                 "a scripted model needs `script:` (a YAML file or a list of turns)", where[:-1]
             )
         if isinstance(raw, str):
-            from pytest_harness.spec.yamlio import read_yaml
-
-            doc = read_yaml(config.spec.resolve(raw))
-            return cls(parse_script(doc.data, error=doc.error), model_name=config.name)
+            return cls(
+                _read_script(config.spec.root, config.spec.resolve(raw)), model_name=config.name
+            )
         spec = config.spec
         script = parse_script(raw, error=lambda reason, path: spec.error(reason, where + path))
         return cls(script, model_name=config.name)

@@ -47,10 +47,12 @@ __all__ = [
     "PLUGIN_HOOKS",
     "LazyPrograms",
     "cache_file",
+    "code_stamp",
     "decode",
     "enabled",
     "encode",
     "file_digest",
+    "publish",
     "read",
     "write",
 ]
@@ -75,6 +77,8 @@ _CHECKERS = (
     "spec/spec.py",
     "spec/validation.py",
     "spec/yamlio.py",
+    "spec/yamlcache.py",
+    "models/scripted.py",
 )
 """The modules (under the package) whose code decides what a checked spec is."""
 _DECODE_ERRORS = (
@@ -109,7 +113,8 @@ def file_digest(path: Path) -> str | None:
         return None
 
 
-def _code_stamp() -> list[Any]:
+def code_stamp() -> list[Any]:
+    """The version, the Python and each checking module's size and mtime: part of every key."""
     import pytest_harness
 
     root = Path(pytest_harness.__file__).parent
@@ -138,7 +143,7 @@ def _key(
 ) -> dict[str, Any]:
     return {
         "format": FORMAT,
-        "code": _code_stamp(),
+        "code": code_stamp(),
         "spec": [str(spec_path), spec_sha],
         "env": env,
         "record": record,
@@ -398,7 +403,7 @@ def write(
     if not _same(again, spec):
         return
     checksum = hashlib.sha256(text).hexdigest().encode("ascii")
-    _publish(cache_file(spec.path, spec.env, record), checksum + b"\n" + text)
+    publish(cache_file(spec.path, spec.env, record), checksum + b"\n" + text)
 
 
 def _same(a: Spec, b: Spec) -> bool:
@@ -418,7 +423,7 @@ def _same(a: Spec, b: Spec) -> bool:
     )
 
 
-def _publish(path: Path, data: bytes) -> None:
+def publish(path: Path, data: bytes) -> None:
     """Write `data` to `path` atomically; give up silently when the folder is not writable."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

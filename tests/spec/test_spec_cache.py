@@ -115,9 +115,10 @@ def _app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "cache_test_shop.py").write_text(SHOP, encoding="utf-8")
 
 
-def entries() -> list[Path]:
+def entries(pattern: str = "harness-*.json") -> list[Path]:
+    """The spec's entries (or those matching `pattern`) in the cache folder."""
     folder = Path.cwd() / ".harness" / "cache"
-    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+    return sorted(folder.glob(pattern)) if folder.is_dir() else []
 
 
 def fresh(**kwargs: object) -> Spec:
@@ -227,13 +228,14 @@ def test_a_removed_baseline_is_an_error_again() -> None:
 
 @pytest.mark.asyncio
 async def test_an_edited_script_file_is_read_again() -> None:
-    """The scripted provider reads its script when a harness is made, never from the entry."""
+    """The script's data is cached apart from the spec, keyed by the script file's bytes."""
     for answer in ("first answer", "second answer"):
         Path("turns.yaml").write_text(f"- say: {answer}\n", encoding="utf-8")
         async with pytest_harness.load("harness.yaml") as harness:
             result = await harness.run("orders", "hello", principal="ann")
         assert result.output == answer
     assert len(entries()) == 1
+    assert len(data_entries()) == 1
 
 
 def test_a_spec_with_an_error_is_never_written() -> None:
@@ -269,9 +271,9 @@ def test_an_entry_of_another_version_or_other_plugins_is_a_miss(
     path = Path.cwd() / "harness.yaml"
     load_spec("harness.yaml")
     assert spec_cache.read(path, None, None) is not None
-    monkeypatch.setattr(pytest_harness, "__version__", "99.0")
-    assert spec_cache.read(path, None, None) is None
-    monkeypatch.undo()
+    with monkeypatch.context() as mp:
+        mp.setattr(pytest_harness, "__version__", "99.0")
+        assert spec_cache.read(path, None, None) is None
     names = spec_cache._plugin_names()
     monkeypatch.setattr(
         spec_cache,
@@ -382,3 +384,78 @@ def test_decode_of_a_rewritten_value_never_raises(path: list[str], value: object
     forged = hashlib.sha256(text).hexdigest().encode() + b"\n" + text
     got = spec_cache.decode(forged, key)  # type: ignore[arg-type]
     assert got is None or isinstance(got, Spec)
+
+
+# -- the data of included YAML files (a scripted model's script) ---------------------------------
+
+
+def data_entries() -> list[Path]:
+    return entries("data-*.json")
+
+
+def read_script_turns() -> list[str]:
+    from pytest_harness.models.scripted import _read_script
+
+    script = _read_script(Path.cwd(), Path.cwd() / "turns.yaml")
+    return [turn.say or "" for turn in script.turns]
+
+
+def test_a_script_is_read_once_then_from_its_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_harness.spec import yamlio
+
+    assert read_script_turns() == ["first answer"]
+    [entry] = data_entries()
+    with monkeypatch.context() as mp:
+        mp.setattr(yamlio, "read_yaml", lambda *a, **k: pytest.fail("read the file"))
+        assert read_script_turns() == ["first answer"]
+    entry.write_bytes(entry.read_bytes()[:-5])  # damaged: a miss, read and written again
+    assert read_script_turns() == ["first answer"]
+    assert json.loads(entry.read_bytes().partition(b"\n")[2])["data"] == [{"say": "first answer"}]
+
+
+def test_an_edited_script_with_an_error_names_its_line() -> None:
+    assert read_script_turns() == ["first answer"]
+    Path("turns.yaml").write_text("- say: fine\n- sya: typo\n", encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        read_script_turns()
+    assert str(info.value).startswith("turns.yaml:2 [1].sya: unknown key 'sya'")
+
+
+def test_script_data_json_cannot_keep_exactly_is_not_written() -> None:
+    """YAML reads `2024-01-01` as a date, which JSON would bring back as text: no entry."""
+    Path("turns.yaml").write_text(
+        "- call: lookup_order\n  args: {order_id: A-1, since: 2024-01-01}\n- say: done\n"
+    )
+    from pytest_harness.models.scripted import _read_script
+
+    script = _read_script(Path.cwd(), Path.cwd() / "turns.yaml")
+    assert str(script.turns[0].args["since"]) == "2024-01-01"
+    assert data_entries() == []
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ([1, {"a": 2.0}], [1, {"a": 2.0}], True),
+        ([1], [1.0], False),
+        ([1], [True], False),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}, False),
+        ({"a": [None]}, {"a": [None]}, True),
+    ],
+)
+def test_same_means_the_same_types(a: object, b: object, same: bool) -> None:
+    from pytest_harness.spec.yamlcache import same as same_data
+
+    assert same_data(a, b) is same
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=FIXTURE)
+@given(data=st.binary(max_size=512))
+def test_the_data_reader_of_any_bytes_is_a_miss(data: bytes) -> None:
+    from pytest_harness.spec import yamlcache
+
+    script = Path.cwd() / "turns.yaml"
+    entry = yamlcache.data_file(Path.cwd(), script)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_bytes(data)
+    assert yamlcache.read(Path.cwd(), script) is yamlcache.MISSING
