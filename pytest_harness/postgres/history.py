@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from pytest_harness.postgres import sqltext as q
+import pytest_harness.postgres.sqltext as q
 from pytest_harness.postgres.connection import _MAX_ID, PostgresConnection, _loads
 from pytest_harness.store.base import (
     JOURNAL_FORMAT,

@@ -14,8 +14,8 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+import pytest_harness.postgres.sqltext as q
 from pytest_harness.errors import ResolutionError, RunBusy, StoreError, UnknownRun
-from pytest_harness.postgres import sqltext as q
 from pytest_harness.postgres.connection import PostgresConnection, _events_json, _loads, _text
 from pytest_harness.store.base import (
     ApprovalDecision,
