@@ -29,6 +29,7 @@ import enum
 import hashlib
 import json
 import os
+import stat
 import sys
 import tempfile
 import typing
@@ -44,6 +45,7 @@ from pytest_harness.spec.spec import KeyPath, Spec
 __all__ = [
     "DISABLE",
     "FORMAT",
+    "MAX_FILE_BYTES",
     "PLUGIN_HOOKS",
     "LazyPrograms",
     "cache_file",
@@ -81,6 +83,8 @@ _CHECKERS = (
     "models/scripted.py",
 )
 """The modules (under the package) whose code decides what a checked spec is."""
+MAX_FILE_BYTES = 32 * 1024 * 1024
+"""The largest file hashed for a key: a bigger one is never cached."""
 _DECODE_ERRORS = (
     AttributeError,
     IndexError,
@@ -106,11 +110,25 @@ def cache_file(spec_path: Path, env: str | None, record: bool | None) -> Path:
 
 
 def file_digest(path: Path) -> str | None:
-    """The sha256 of a file's bytes; None when it cannot be read."""
+    """The sha256 of a regular file's bytes, or None.
+
+    None for a device, a pipe, a file over `MAX_FILE_BYTES` or one that cannot be read: the
+    loader's own read then says what is wrong.
+    """
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # never a device or a pipe
+            return None
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            data = stream.read(MAX_FILE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None if len(data) > MAX_FILE_BYTES else hashlib.sha256(data).hexdigest()
 
 
 def code_stamp() -> list[Any]:
@@ -187,7 +205,9 @@ def decode(raw: bytes, key: Callable[[tuple[str, str] | None], dict[str, Any]]) 
         baseline = stored["baseline"]
         current: tuple[str, str] | None = None
         if baseline is not None:
-            path = str(baseline[0])
+            if type(baseline) is not list or len(baseline) != 2 or type(baseline[0]) is not str:
+                return None
+            path = baseline[0]
             sha = file_digest(Path(path))
             if sha is None:
                 return None

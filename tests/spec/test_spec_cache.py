@@ -459,3 +459,14 @@ def test_the_data_reader_of_any_bytes_is_a_miss(data: bytes) -> None:
     entry.parent.mkdir(parents=True, exist_ok=True)
     entry.write_bytes(data)
     assert yamlcache.read(Path.cwd(), script) is yamlcache.MISSING
+
+
+def test_a_device_or_a_pipe_is_never_read_for_a_key(tmp_path: Path) -> None:
+    import os
+
+    assert spec_cache.file_digest(Path("/dev/zero")) is None
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    assert spec_cache.file_digest(fifo) is None  # returns at once: no writer is waited for
+    with pytest.raises(SpecError, match="a YAML file was expected"):
+        load_spec(fifo)
