@@ -1,7 +1,7 @@
 """Where runs live: the [`Store`][pytest_harness.store.base.Store] protocol and its records.
 
-`MemoryStore` and `SQLiteStore` are imported on first access, so importing this package loads
-neither aiosqlite nor sqlite3.
+`MemoryStore` and `SQLiteStore` are imported on first access, so importing this package does
+not load sqlite3.
 """
 
 from __future__ import annotations

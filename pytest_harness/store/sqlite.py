@@ -6,9 +6,11 @@ opening fails naming its mode. It is used in WAL mode, with `PRAGMA synchronous`
 and a busy timeout, so several processes can use it at once without `database is locked`
 reaching them.
 
-Each call is one round trip to aiosqlite's worker thread (that hop, not SQLite, is most of a
-call's cost), and every write the runtime makes is a single SQL statement, atomic together
-with its triggers:
+Every write the runtime makes is a single SQL statement, atomic together with its triggers,
+run inline on the event loop's thread when it can take the write lock at once (busy timeout
+zero), and otherwise on the store's worker thread, where it waits up to the busy timeout
+(`store.sqlite_connection` says why and how long a write can hold the loop). Reads run on the
+worker thread.
 
 - `commit` is one fenced `UPDATE runs … WHERE run_id = ? AND lease_token = ? RETURNING
   control`. The events and approval requests of the boundary travel in the `pending_events`
@@ -35,8 +37,9 @@ writers are serialized, so ids become visible in order.
 The connection is opened lazily in the process that uses it and refused in any other (a
 connection must never cross `fork()`); make a new store in each process.
 
-The store is put together from parts, each in its own module: `store.sqlite_connection` (the
-file, the connection, migrations, errors), `store.sqlite_schema` (the migrations),
+The store is put together from parts, each in its own module: `store.sqlite_file` (the file,
+opening, migrating), `store.sqlite_connection` (the connection, where each statement runs,
+errors), `store.sqlite_schema` (the migrations),
 `store.sqlite_statements` (the statements and row decoding), `store.sqlite_runs`,
 `store.sqlite_approvals` and `store.sqlite_journal` (the operations of the `Store` protocol).
 """

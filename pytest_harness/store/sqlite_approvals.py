@@ -45,7 +45,7 @@ class SQLiteApprovals(SQLiteConnection):
         )
         roles = encode_json(list(approver_roles), f"the roles of approver {approver!r}")
         what = f"answer approval {approval_id} of run {run_id}"
-        rows = await self._q(
+        rows = await self._w(
             what,
             _DECIDE,
             (
@@ -59,7 +59,6 @@ class SQLiteApprovals(SQLiteConnection):
                 approval_id,
                 run_id,
             ),
-            write=True,
         )
         if rows:
             return _approval(rows[0])

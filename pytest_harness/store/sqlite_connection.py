@@ -1,32 +1,70 @@
-"""The SQLite store's connection: the private file, opening, configuring, migrating, errors.
+"""The SQLite store's connection: where each statement runs, and SQLite's errors as `StoreError`s.
 
-`SQLiteConnection` is the base of `store.sqlite.SQLiteStore`: it creates the file (0600),
-opens one connection lazily in the process that uses it (never across `fork()`), puts it in
-WAL mode, migrates the schema, runs each statement in one hop (`_q`) and turns SQLite's errors
-into `StoreError`s that say what to do.
+`SQLiteConnection` is the base of `store.sqlite.SQLiteStore`. It opens one `sqlite3` connection
+lazily in the process that uses it (never across `fork()`; the file itself is made private,
+configured and migrated by `store.sqlite_file`), and runs each statement in one of two places,
+never both at once:
+
+- **Inline, on the event loop's thread** (`_w`): the runtime's short writes. The statement is
+  tried with a busy timeout of zero, so it never waits for a lock: it either takes the write
+  lock at once and runs (one statement, its triggers, and at `synchronous: full` one fsync of
+  the WAL), or fails with `SQLITE_BUSY` having written nothing, and goes to the worker thread.
+- **On the store's worker thread** (`_q`): reads, opening and closing, checkpoints, a write
+  another connection holds the lock against (it waits there, up to the busy timeout, without
+  holding up the loop), and a write larger than `_INLINE_BYTES`.
+
+The connection is only ever used by one thread at a time: a statement runs inline only when
+the worker has nothing queued or running, and otherwise it queues behind the worker's jobs
+(which also keeps this process's writes in the order they were made). SQLite's automatic
+checkpoints are off (a checkpoint copies the WAL into the database and fsyncs it, which can
+take long); the store instead queues a passive checkpoint on the worker thread after about as
+many WAL pages as SQLite's default (1,000) have been written inline. So what a write can hold
+the loop for is bounded: one statement of at most `_INLINE_BYTES` of parameters, and at `full`
+one fsync.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import sqlite3
-import stat
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
-
-import aiosqlite
+from typing import Any, Literal, TypeVar, cast
 
 from pytest_harness.errors import StoreError, UnknownRun
-from pytest_harness.store.sqlite_schema import _MIGRATIONS, _MIN_SQLITE, SCHEMA_VERSION
+from pytest_harness.store.sqlite_file import check_sqlite, connect, create_file, make_private
+from pytest_harness.store.sqlite_file import migrate as migrate_file
 from pytest_harness.store.sqlite_statements import _Row
 
 __all__ = ["SQLiteConnection", "Synchronous"]
 
 Synchronous = Literal["full", "normal"]
+T = TypeVar("T")
+
+_INLINE_BYTES = 64 * 1024
+"""A write whose text and blob parameters are longer than this runs on the worker thread."""
+_CHECKPOINT_PAGES = 1000
+"""Queue a passive checkpoint after about this many WAL pages (SQLite's own default)."""
+_PAGES_PER_WRITE = 6
+"""The pages a small write is counted as (its row and a neighbour, the indexes it changes, an
+event and its index, `sqlite_sequence`): about what a runtime commit writes."""
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    name: str = getattr(exc, "sqlite_errorname", "")
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+
+
+def _text_bytes(params: Sequence[Any] | Mapping[str, Any]) -> int:
+    """The length of the text and blob parameters of a statement."""
+    size = 0
+    for value in params.values() if isinstance(params, Mapping) else params:
+        if isinstance(value, str | bytes):
+            size += len(value)
+    return size
 
 
 class SQLiteConnection:
@@ -46,7 +84,15 @@ class SQLiteConnection:
         self.path = Path(path)
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
-        self._conn: aiosqlite.Connection | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._worker: concurrent.futures.ThreadPoolExecutor | None = None
+        self._last: concurrent.futures.Future[Any] | None = None
+        """The job last given to the worker; the worker is idle once it is done (FIFO)."""
+        self._busy_ms = 0
+        """The busy timeout set on the connection now, by whoever is using it."""
+        self._page_size = 4096
+        self._wal_pages = 0
+        """WAL pages written inline since the last checkpoint was queued (an estimate)."""
         self._pid = 0
         self._closed = False
         self._opening = asyncio.Lock()
@@ -65,15 +111,19 @@ class SQLiteConnection:
         """Close the connection; idempotent. Later calls raise `StoreError` until `open()`."""
         self._closed = True
         conn, self._conn = self._conn, None
-        if conn is None or self._pid != os.getpid():
+        worker, self._worker = self._worker, None
+        self._last = None
+        if conn is None or worker is None or self._pid != os.getpid():
             # Never opened, or inherited across fork(): the connection is the parent's.
             return
         try:
-            await conn.close()
+            await asyncio.wrap_future(worker.submit(conn.close))
         except sqlite3.Error as exc:
             raise self._error("close the database", exc) from exc
+        finally:
+            worker.shutdown(wait=False)
 
-    async def _db(self) -> aiosqlite.Connection:
+    async def _db(self) -> sqlite3.Connection:
         conn = self._conn
         if conn is not None:
             if self._pid != os.getpid():
@@ -89,167 +139,130 @@ class SQLiteConnection:
             )
         async with self._opening:
             if self._conn is None:
-                self._conn = await self._connect()
+                worker = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="harness-sqlite"
+                )
+                try:
+                    self._conn = await asyncio.wrap_future(worker.submit(self._connect))
+                except BaseException:
+                    worker.shutdown(wait=False)
+                    raise
+                self._worker, self._last = worker, None
+                self._busy_ms = round(self.busy_timeout * 1000)
                 self._pid = os.getpid()
             return self._conn
 
-    async def _connect(self) -> aiosqlite.Connection:
-        if sqlite3.sqlite_version_info < _MIN_SQLITE:
-            raise StoreError(
-                f"sqlite store {self.path}: needs SQLite 3.35 or newer, but this Python uses "
-                f"SQLite {sqlite3.sqlite_version}; use a newer Python build or the memory store"
-            )
-        self._create_file()
-        self._make_private()
-        conn = aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+    def _connect(self) -> sqlite3.Connection:
+        """Open, configure and migrate the file (on the worker thread)."""
+        check_sqlite(self.path)
+        create_file(self.path)
+        make_private(self.path)
         try:
-            await conn
+            conn = connect(self.path, self.synchronous, self.busy_timeout)
         except sqlite3.Error as exc:
             raise self._error("open the database", exc) from exc
         try:
-            await self._configure(conn)
-            await self._migrate(conn)
+            try:
+                migrate_file(conn, self.path)
+            except sqlite3.Error as exc:
+                raise self._error("migrate the database schema", exc, write=True) from exc
+            self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            make_private(self.path)  # the -wal and -shm files opening made
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
-                await conn.close()
-            raise
-        try:
-            self._make_private()  # the -wal and -shm files opening made
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                await conn.close()
+                conn.close()
             raise
         return conn
 
-    def _create_file(self) -> bool:
-        """Create the folder and an empty file readable by its owner only; whether it is new."""
+    # -- where statements run ------------------------------------------------------------
+
+    def _submit(self, job: Callable[[sqlite3.Connection], T]) -> concurrent.futures.Future[T]:
+        """Queue `job` on the worker thread, with the configured busy timeout set."""
+        conn, worker = self._conn, self._worker
+        if conn is None or worker is None:  # pragma: no cover - callers open first
+            raise StoreError(f"sqlite store {self.path} is not open")
+        wanted = round(self.busy_timeout * 1000)
+
+        def run() -> T:
+            if self._busy_ms != wanted:
+                conn.execute(f"PRAGMA busy_timeout = {wanted}")
+                self._busy_ms = wanted
+            return job(conn)
+
+        self._last = future = worker.submit(run)
+        return future
+
+    def _idle(self) -> bool:
+        """Whether the worker thread has nothing queued or running (the loop may use `_conn`)."""
+        last = self._last
+        return last is None or last.done()
+
+    async def _q(
+        self,
+        what: str,
+        sql: str,
+        params: Sequence[Any] | Mapping[str, Any] = (),
+        *,
+        write: bool = False,
+    ) -> list[_Row]:
+        """Run one statement on the worker thread (waiting out locks) and fetch its rows."""
+        if self._conn is None or self._pid != os.getpid():
+            await self._db()
+        future = self._submit(lambda conn: conn.execute(sql, params).fetchall())
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                return False
-            try:
-                if hasattr(os, "fchmod"):
-                    os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise StoreError(
-                f"sqlite store {self.path}: cannot create the file: {exc.strerror or exc}; "
-                "check that its folder can be created and written"
-            ) from exc
-        return True
+            rows = await asyncio.wrap_future(future)
+        except sqlite3.Error as exc:
+            raise self._error(what, exc, write=write) from exc
+        if write:
+            self._wrote(_text_bytes(params))
+        return cast(list[_Row], rows)
 
-    def _make_private(self) -> None:
-        """Tighten the file and its `-wal` and `-shm` to 0600 (DESIGN §10: the store is private).
+    async def _w(
+        self,
+        what: str,
+        sql: str,
+        params: Sequence[Any] | Mapping[str, Any],
+        *,
+        size: int | None = None,
+    ) -> list[_Row]:
+        """Run one write statement inline if it can take the lock at once, else as `_q` does.
 
-        A file others may read or write (say 0644, made by another tool or an older version)
-        is tightened; when that fails, opening fails with a `StoreError` naming its mode.
+        `size` is the length of the statement's text and blob parameters, when the caller
+        knows it. A statement that fails with `SQLITE_BUSY` in autocommit mode has written
+        nothing (a write statement takes the write lock before it changes anything), so
+        running it again on the worker thread neither loses nor doubles it.
         """
-        if os.name != "posix":  # pragma: no cover - permission bits are POSIX
+        conn = self._conn
+        if conn is None or self._pid != os.getpid():
+            conn = await self._db()
+        if size is None:
+            size = _text_bytes(params)
+        if size <= _INLINE_BYTES and self._idle():
+            try:
+                if self._busy_ms:
+                    conn.execute("PRAGMA busy_timeout = 0")
+                    self._busy_ms = 0
+                rows = conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                if not _is_busy(exc):
+                    raise self._error(what, exc, write=True) from exc
+                if conn.in_transaction:  # pragma: no cover - autocommit statements roll back
+                    conn.execute("ROLLBACK")
+            else:
+                self._wrote(size)
+                return cast(list[_Row], rows)
+        return await self._q(what, sql, params, write=True)
+
+    def _wrote(self, size: int) -> None:
+        """Count a write's WAL pages; queue a passive checkpoint when there are enough."""
+        self._wal_pages += _PAGES_PER_WRITE + size // self._page_size
+        if self._wal_pages < _CHECKPOINT_PAGES:
             return
-        for name in (str(self.path), f"{self.path}-wal", f"{self.path}-shm"):
-            try:
-                mode = stat.S_IMODE(os.stat(name).st_mode)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise StoreError(
-                    f"sqlite store {self.path}: cannot read the mode of {name}: "
-                    f"{exc.strerror or exc}"
-                ) from exc
-            if not mode & 0o077:
-                continue
-            try:
-                os.chmod(name, 0o600)
-            except OSError as exc:
-                raise StoreError(
-                    f"sqlite store {self.path}: {name} has mode {mode:04o}, readable or "
-                    f"writable by others, and cannot be tightened to 0600 "
-                    f"({exc.strerror or exc}); run `chmod 600 {name}` as its owner"
-                ) from exc
-
-    async def _configure(self, conn: aiosqlite.Connection) -> None:
-        try:
-            await self._retry_busy(conn, "PRAGMA journal_mode = WAL")
-            await conn.execute_fetchall(f"PRAGMA synchronous = {self.synchronous.upper()}")
-        except sqlite3.Error as exc:
-            raise self._error("open the database", exc) from exc
-        try:
-            await conn.execute_fetchall("SELECT json_valid('[]')")
-        except sqlite3.Error as exc:
-            raise StoreError(
-                f"sqlite store {self.path}: this Python's SQLite {sqlite3.sqlite_version} lacks "
-                "the JSON functions the store needs; use a Python build with JSON1, or the "
-                "memory store"
-            ) from exc
-
-    async def _retry_busy(self, conn: aiosqlite.Connection, sql: str) -> None:
-        """Run `sql`, retrying while another process holds a lock, up to the busy timeout.
-
-        Changing the journal mode does not always wait through SQLite's busy handler (two
-        processes opening a new file at once), so it is retried here.
-        """
-        deadline = time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                await conn.execute_fetchall(sql)
-                return
-            except sqlite3.OperationalError as exc:
-                busy = getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY")
-                if not busy or time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(0.005)
-
-    async def _migrate(self, conn: aiosqlite.Connection) -> None:
-        try:
-            version = await self._version(conn)
-            self._check_version(version)
-            if version == SCHEMA_VERSION:
-                return
-            await conn.execute_fetchall("BEGIN IMMEDIATE")
-            try:
-                await conn.execute_fetchall(
-                    "CREATE TABLE IF NOT EXISTS schema_version "
-                    "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
-                )
-                version = await self._version(conn)  # another process may have migrated
-                self._check_version(version)
-                for number in range(version + 1, SCHEMA_VERSION + 1):
-                    for statement in _MIGRATIONS[number - 1]:
-                        await conn.execute_fetchall(statement)
-                    await conn.execute_fetchall(
-                        "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-                        (number, time.time()),
-                    )
-                await conn.execute_fetchall("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    await conn.execute_fetchall("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise self._error("migrate the database schema", exc, write=True) from exc
-
-    @staticmethod
-    async def _version(conn: aiosqlite.Connection) -> int:
-        rows = list(
-            await conn.execute_fetchall(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-            )
-        )
-        if not rows:
-            return 0
-        rows = list(await conn.execute_fetchall("SELECT max(version) FROM schema_version"))
-        return int(rows[0][0] or 0)
-
-    def _check_version(self, version: int) -> None:
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"sqlite store {self.path}: the file has schema version {version}, newer than "
-                f"version {SCHEMA_VERSION} that this pytest-harness knows; upgrade "
-                "pytest-harness, or point state.path at another file"
-            )
+        self._wal_pages = 0
+        # Not awaited: later statements queue behind it (FIFO) instead of running inline. A
+        # passive checkpoint never waits for a lock and leaves what it cannot copy for the
+        # next one; its failure writes nothing, so it is not reported.
+        self._submit(_checkpoint)
 
     def _error(self, what: str, exc: sqlite3.Error, *, write: bool = False) -> StoreError:
         """Build a `StoreError` naming the file, what failed and what to do about it."""
@@ -282,27 +295,14 @@ class SQLiteConnection:
             message += "; nothing was written"
         return StoreError(message)
 
-    async def _q(
-        self,
-        what: str,
-        sql: str,
-        params: Sequence[Any] | Mapping[str, Any] = (),
-        *,
-        write: bool = False,
-    ) -> list[_Row]:
-        """Run one statement (one hop to the connection's thread) and fetch its rows."""
-        conn = self._conn
-        if conn is None or self._pid != os.getpid():
-            conn = await self._db()
-        try:
-            rows = await conn.execute_fetchall(sql, params)
-        except sqlite3.Error as exc:
-            raise self._error(what, exc, write=write) from exc
-        return cast(list[_Row], rows)
-
     async def _require_run(self, run_id: str) -> None:
         """Raise `UnknownRun` unless the run exists (after a write or read found nothing)."""
         if not await self._q(
             f"read run {run_id}", "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)
         ):
             raise UnknownRun(run_id)
+
+
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()

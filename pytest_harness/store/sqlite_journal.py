@@ -62,12 +62,11 @@ class SQLiteJournal(SQLiteConnection):
     async def put_artifact(self, artifact: StoredArtifact) -> None:
         """Keep the artifact's bytes by hash (write-once: a second put is a no-op)."""
         artifact_sha256(artifact)
-        await self._q(
+        await self._w(
             f"store artifact {artifact.sha256}",
             "INSERT INTO artifacts (sha256, media_type, name, data) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (sha256) DO NOTHING",
             (artifact.sha256, artifact.media_type, artifact.name, artifact.data),
-            write=True,
         )
 
     async def artifact(self, sha256: str) -> StoredArtifact | None:
@@ -93,12 +92,11 @@ class SQLiteJournal(SQLiteConnection):
             score = None if s.score is None else float(s.score)
             params += [s.run_id, s.task, s.grader, score, int(bool(s.passed))]
             params += [s.detail, s.error, s.created_at]
-        await self._q(
+        await self._w(
             f"store {len(samples)} eval sample(s)",
             "INSERT INTO samples (run_id, task, grader, score, passed, detail, error, created_at) "
             f"VALUES {rows} ON CONFLICT (run_id, grader) DO NOTHING",
             params,
-            write=True,
         )
 
     async def samples(

@@ -65,7 +65,7 @@ class SQLiteRuns(SQLiteConnection):
         tenant_key = run.tenant or ""
         status = _text(run.status)
         now = time.time()
-        inserted = await self._q(
+        inserted = await self._w(
             f"create {what}",
             _CREATE,
             (
@@ -89,7 +89,6 @@ class SQLiteRuns(SQLiteConnection):
                 1 if run.record else 0,
                 journal,
             ),
-            write=True,
         )
         if inserted:
             record = RunRecord(
@@ -141,11 +140,8 @@ class SQLiteRuns(SQLiteConnection):
         what = f"take the lease of run {run_id}"
         for _ in range(3):
             now = time.time()
-            rows = await self._q(
-                what,
-                _ACQUIRE,
-                {"owner": owner, "expires": now + ttl, "run_id": run_id, "now": now},
-                write=True,
+            rows = await self._w(
+                what, _ACQUIRE, {"owner": owner, "expires": now + ttl, "run_id": run_id, "now": now}
             )
             if rows:
                 return int(rows[0][0])
@@ -168,14 +164,14 @@ class SQLiteRuns(SQLiteConnection):
         if not ttl > 0:
             raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
         what = f"renew the lease of run {run_id}"
-        if await self._q(what, _RENEW, (time.time() + ttl, run_id, token), write=True):
+        if await self._w(what, _RENEW, (time.time() + ttl, run_id, token)):
             return
         await self._raise_stale(run_id, token)
 
     async def release_lease(self, run_id: str, token: int) -> None:
         """Give the lease up; nothing happens when `token` is stale."""
         what = f"release the lease of run {run_id}"
-        if not await self._q(what, _RELEASE, (run_id, token), write=True):
+        if not await self._w(what, _RELEASE, (run_id, token)):
             await self._require_run(run_id)
 
     async def _raise_stale(self, run_id: str, token: int) -> None:
@@ -233,7 +229,7 @@ class SQLiteRuns(SQLiteConnection):
             "clear_control": clear_control,
         }
         try:
-            written = await self._q(f"commit run {run_id}", _COMMIT, params, write=True)
+            written = await self._w(f"commit run {run_id}", _COMMIT, params)
         except StoreError as exc:
             if approvals and isinstance(exc.__cause__, sqlite3.IntegrityError):
                 await self._raise_taken(run_id, [a.approval_id for a in approvals])
@@ -249,11 +245,10 @@ class SQLiteRuns(SQLiteConnection):
         """Ask the run's driver to pause or cancel it (a pending cancel is kept)."""
         check_control(control)
         wanted = encode_json([_text(s) for s in statuses], "run statuses")
-        rows = await self._q(
+        rows = await self._w(
             f"request {control} of run {run_id}",
             _CONTROL,
             {"control": control, "now": time.time(), "run_id": run_id, "wanted": wanted},
-            write=True,
         )
         if rows:
             return _record(rows[0])

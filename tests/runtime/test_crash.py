@@ -1,9 +1,10 @@
 """Crash recovery with real processes: SIGKILL a worker at each boundary, resume in a fresh one.
 
-The app (written into `tmp_path`) runs on a SQLite file with `state.lease: 0.5s`. Its tools act
-on an "external system", a JSON-lines ledger file, and its function model answers from the
-conversation; both hang at a named point (`KILL_AT`) after writing a marker file, where the
-test SIGKILLs the worker. One tool per replay policy: `charge` (manual), `lookup` (safe) and
+The app (written into `tmp_path`) runs on a SQLite file with `state.lease: 0.5s`, at
+`synchronous: full` and at `normal` (each test runs at both). Its tools act on an "external
+system", a JSON-lines ledger file, and its function model answers from the conversation; both
+hang at a named point (`KILL_AT`) after writing a marker file, where the test SIGKILLs the
+worker. One tool per replay policy: `charge` (manual), `lookup` (safe) and
 `refund` (idempotent, it deduplicates by execution key as a real service must). Every kill is
 followed by `recover()` in a fresh process, and checked against the ledger: no committed result
 lost, no tool with a committed result invoked again, the output the model gives at the end.
@@ -209,11 +210,12 @@ TIMEOUT = 30.0
 class CrashApp:
     """The app folder, its worker processes and the ledger of its external effects."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, synchronous: str = "full") -> None:
         self.root = root
+        spec = SPEC.replace("synchronous: full", f"synchronous: {synchronous}")
         (root / "crashapp.py").write_text(APP, encoding="utf-8")
         (root / "worker.py").write_text(WORKER, encoding="utf-8")
-        (root / "harness.yaml").write_text(SPEC, encoding="utf-8")
+        (root / "harness.yaml").write_text(spec, encoding="utf-8")
         self.spec = root / "harness.yaml"
         self.db = root / "state.db"
         self.marker = root / "marker"
@@ -301,9 +303,10 @@ def wait_for(
         delay = min(delay * 2, 0.05)
 
 
-@pytest.fixture
-def crash(tmp_path: Path) -> Iterator[CrashApp]:
-    yield CrashApp(tmp_path)
+@pytest.fixture(params=["full", "normal"])
+def crash(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[CrashApp]:
+    """The crash app on a file at each `synchronous` level (a kill loses nothing at either)."""
+    yield CrashApp(tmp_path, request.param)
 
 
 def compact(value: Any) -> str:

@@ -361,6 +361,116 @@ async def test_a_locked_database_is_a_store_error_and_nothing_is_written(tmp_pat
         await store.close()
 
 
+@pytest.mark.parametrize("synchronous", ["full", "normal"])
+async def test_a_write_another_connection_locks_out_waits_and_lands_once(
+    tmp_path: Path, synchronous: Literal["full", "normal"]
+) -> None:
+    """A write that finds the lock held (its inline try fails at once) waits off the loop.
+
+    The other connection is a real one holding `BEGIN EXCLUSIVE`; while it does, the commit
+    waits on the worker thread (the loop keeps running other tasks), a second write queues
+    behind it, and once the lock is released both land once, in the order they were made.
+    """
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path, synchronous=synchronous, busy_timeout=30)
+    try:
+        record, _ = await store.create_run(new_run())
+        token = await store.acquire_lease(record.run_id, "w1", 30)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        with raw(path) as other:
+            other.execute("BEGIN EXCLUSIVE")
+            other.execute("UPDATE runs SET labels = '{\"held\":1}'")
+            commit = asyncio.create_task(
+                store.commit(
+                    record.run_id,
+                    token,
+                    status="running",
+                    state={"steps": 1},
+                    events=[EventDraft("first", {"n": 1})],
+                    lease_ttl=30,
+                )
+            )
+            ticking = asyncio.create_task(ticker())
+            await asyncio.sleep(0.3)
+            assert not commit.done()  # waiting for the lock, not failed with SQLITE_BUSY
+            assert ticks >= 5  # and the loop went on meanwhile
+            second = asyncio.create_task(store.create_run(new_run(session_id="ses_2")))
+            await asyncio.sleep(0.05)
+            assert not second.done()  # queued behind the waiting write
+            other.execute("COMMIT")
+            ticking.cancel()
+            assert await commit is None
+            created, new = await second
+        assert new
+        got = await store.get_run(record.run_id)
+        assert (got.state, got.labels) == ({"steps": 1}, {"held": 1})
+        first_events = await store.events(record.run_id)
+        assert [e.kind for e in first_events] == ["run_started", "first"]
+        second_events = await store.events(created.run_id)
+        assert [e.kind for e in second_events] == ["run_started"]
+        assert int(second_events[0].cursor) > int(first_events[-1].cursor)
+        # The lock is free again: the next write runs inline and lands.
+        await store.commit(record.run_id, token, status="completed", state={"steps": 2})
+        assert (await store.get_run(record.run_id)).status == "completed"
+    finally:
+        await store.close()
+
+
+async def test_a_write_locked_out_past_the_busy_timeout_is_not_applied_later(
+    tmp_path: Path,
+) -> None:
+    """The waiting write gives up at the busy timeout and is not retried behind the caller."""
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path, busy_timeout=0.1)
+    try:
+        record, _ = await store.create_run(new_run())
+        with raw(path) as other:
+            other.execute("BEGIN EXCLUSIVE")
+            with pytest.raises(StoreError, match="nothing was written"):
+                await store.commit(
+                    record.run_id, 0, status="failed", state={}, events=[EventDraft("late")]
+                )
+            other.execute("ROLLBACK")
+        await store.commit(record.run_id, 0, status="running", state={"steps": 1})
+        got = await store.get_run(record.run_id)
+        assert (got.status, got.state) == ("running", {"steps": 1})
+        assert [e.kind for e in await store.events(record.run_id)] == ["run_started"]
+    finally:
+        await store.close()
+
+
+async def test_inline_writes_are_checkpointed_off_the_loop(tmp_path: Path) -> None:
+    """Automatic checkpoints are off; the store queues passive ones as the WAL grows."""
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path, synchronous="normal")
+    try:
+        record, _ = await store.create_run(new_run())
+        assert await store._q("t", "PRAGMA wal_autocheckpoint") == [(0,)]
+        await store._q("t", "PRAGMA wal_checkpoint(TRUNCATE)")
+        before = path.stat().st_size
+        for step in range(400):
+            await store.commit(
+                record.run_id,
+                0,
+                status="running",
+                state={"step": step, "pad": "x" * 3000},
+                events=[EventDraft("step", {"step": step})],
+            )
+        await store._q("t", "SELECT 1")  # after whatever the worker had queued
+        assert path.stat().st_size > before  # pages were copied from the WAL into the file
+        events = await store.events(record.run_id)
+        assert [e.data for e in events[1:]] == [{"step": step} for step in range(400)]
+    finally:
+        await store.close()
+
+
 async def test_opening_waits_for_a_lock_on_a_new_file(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     with raw(path) as other:  # a rollback-journal file another process is writing
