@@ -21,6 +21,11 @@ take long); the store instead queues a passive checkpoint on the worker thread a
 many WAL pages as SQLite's default (1,000) have been written inline. So what a write can hold
 the loop for is bounded: one statement of at most `_INLINE_BYTES` of parameters, and at `full`
 one fsync.
+
+Checkpoints go through a second connection of the worker thread's own, so the loop's writes
+go on while one runs (a WAL checkpoint does not lock writers out). Should the WAL still grow
+past `_WAL_PAGES_MAX` (writes kept coming while each checkpoint ran, so none could finish), the
+next checkpoint runs on the main connection instead, and this process's writes wait for it.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ _INLINE_BYTES = 64 * 1024
 """A write whose text and blob parameters are longer than this runs on the worker thread."""
 _CHECKPOINT_PAGES = 1000
 """Queue a passive checkpoint after about this many WAL pages (SQLite's own default)."""
+_WAL_PAGES_MAX = 4 * _CHECKPOINT_PAGES
+"""A WAL longer than this after a checkpoint gets the next one on the main connection."""
 _PAGES_PER_WRITE = 6
 """The pages a small write is counted as (its row and a neighbour, the indexes it changes, an
 event and its index, `sqlite_sequence`): about what a runtime commit writes."""
@@ -86,6 +93,11 @@ class SQLiteConnection:
         self.busy_timeout = float(busy_timeout)
         self._conn: sqlite3.Connection | None = None
         self._worker: concurrent.futures.ThreadPoolExecutor | None = None
+        self._checkpointer: sqlite3.Connection | None = None
+        """The worker thread's own connection, for checkpoints only."""
+        self._checkpointing: concurrent.futures.Future[None] | None = None
+        self._wal_behind = False
+        """Whether the last checkpoint left the WAL longer than `_WAL_PAGES_MAX`."""
         self._last: concurrent.futures.Future[Any] | None = None
         """The job last given to the worker; the worker is idle once it is done (FIFO)."""
         self._busy_ms = 0
@@ -112,12 +124,21 @@ class SQLiteConnection:
         self._closed = True
         conn, self._conn = self._conn, None
         worker, self._worker = self._worker, None
-        self._last = None
+        checkpointer, self._checkpointer = self._checkpointer, None
+        self._last = self._checkpointing = None
         if conn is None or worker is None or self._pid != os.getpid():
             # Never opened, or inherited across fork(): the connection is the parent's.
             return
+
+        def close_both() -> None:
+            try:
+                if checkpointer is not None:
+                    checkpointer.close()
+            finally:
+                conn.close()
+
         try:
-            await asyncio.wrap_future(worker.submit(conn.close))
+            await asyncio.wrap_future(worker.submit(close_both))
         except sqlite3.Error as exc:
             raise self._error("close the database", exc) from exc
         finally:
@@ -143,17 +164,19 @@ class SQLiteConnection:
                     max_workers=1, thread_name_prefix="harness-sqlite"
                 )
                 try:
-                    self._conn = await asyncio.wrap_future(worker.submit(self._connect))
+                    conns = await asyncio.wrap_future(worker.submit(self._connect))
                 except BaseException:
                     worker.shutdown(wait=False)
                     raise
-                self._worker, self._last = worker, None
+                self._conn, self._checkpointer = conns
+                self._worker, self._last, self._checkpointing = worker, None, None
+                self._wal_pages, self._wal_behind = 0, False
                 self._busy_ms = round(self.busy_timeout * 1000)
                 self._pid = os.getpid()
             return self._conn
 
-    def _connect(self) -> sqlite3.Connection:
-        """Open, configure and migrate the file (on the worker thread)."""
+    def _connect(self) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+        """Open, configure and migrate the file, and open the checkpoints' connection."""
         check_sqlite(self.path)
         create_file(self.path)
         make_private(self.path)
@@ -167,12 +190,16 @@ class SQLiteConnection:
             except sqlite3.Error as exc:
                 raise self._error("migrate the database schema", exc, write=True) from exc
             self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            try:
+                checkpointer = connect(self.path, self.synchronous, self.busy_timeout)
+            except sqlite3.Error as exc:
+                raise self._error("open the database", exc) from exc
             make_private(self.path)  # the -wal and -shm files opening made
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
             raise
-        return conn
+        return conn, checkpointer
 
     # -- where statements run ------------------------------------------------------------
 
@@ -258,11 +285,25 @@ class SQLiteConnection:
         self._wal_pages += _PAGES_PER_WRITE + size // self._page_size
         if self._wal_pages < _CHECKPOINT_PAGES:
             return
+        pending, worker = self._checkpointing, self._worker
+        if (pending is not None and not pending.done()) or worker is None:
+            return  # one at a time; the next write asks again
         self._wal_pages = 0
-        # Not awaited: later statements queue behind it (FIFO) instead of running inline. A
-        # passive checkpoint never waits for a lock and leaves what it cannot copy for the
-        # next one; its failure writes nothing, so it is not reported.
-        self._submit(_checkpoint)
+        # Not awaited. A passive checkpoint never waits for a lock and leaves what it cannot
+        # copy for the next one; its failure writes nothing, so it is not reported.
+        if self._wal_behind:
+            self._checkpointing = self._submit(self._checkpoint)  # writes queue behind it
+        else:
+            checkpointer = self._checkpointer
+            self._checkpointing = worker.submit(self._checkpoint, checkpointer)
+
+    def _checkpoint(self, conn: sqlite3.Connection | None) -> None:
+        """Copy what the WAL holds into the file (on the worker thread), never waiting."""
+        if conn is None:  # pragma: no cover - closed meanwhile
+            return
+        with contextlib.suppress(sqlite3.Error):
+            _, log, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            self._wal_behind = log > _WAL_PAGES_MAX and copied < log
 
     def _error(self, what: str, exc: sqlite3.Error, *, write: bool = False) -> StoreError:
         """Build a `StoreError` naming the file, what failed and what to do about it."""
@@ -301,8 +342,3 @@ class SQLiteConnection:
             f"read run {run_id}", "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)
         ):
             raise UnknownRun(run_id)
-
-
-def _checkpoint(conn: sqlite3.Connection) -> None:
-    with contextlib.suppress(sqlite3.Error):
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
