@@ -23,9 +23,11 @@ the loop for is bounded: one statement of at most `_INLINE_BYTES` of parameters,
 one fsync.
 
 Checkpoints go through a second connection of the worker thread's own, so the loop's writes
-go on while one runs (a WAL checkpoint does not lock writers out). Should the WAL still grow
-past `_WAL_PAGES_MAX` (writes kept coming while each checkpoint ran, so none could finish), the
-next checkpoint runs on the main connection instead, and this process's writes wait for it.
+go on while one runs (a WAL checkpoint does not lock writers out). But SQLite only starts the
+WAL over from its beginning once a checkpoint has copied every frame, and writes made while
+one runs keep that from happening: when a checkpoint finds the WAL longer than
+`_WAL_PAGES_MAX` frames, the next one runs on the main connection instead, with this process's
+writes waiting for it, so the WAL stays bounded.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ _INLINE_BYTES = 64 * 1024
 """A write whose text and blob parameters are longer than this runs on the worker thread."""
 _CHECKPOINT_PAGES = 1000
 """Queue a passive checkpoint after about this many WAL pages (SQLite's own default)."""
-_WAL_PAGES_MAX = 4 * _CHECKPOINT_PAGES
-"""A WAL longer than this after a checkpoint gets the next one on the main connection."""
+_WAL_PAGES_MAX = 2 * _CHECKPOINT_PAGES
+"""A checkpoint that finds more frames than this has the next one run on the main connection."""
 _PAGES_PER_WRITE = 6
 """The pages a small write is counted as (its row and a neighbour, the indexes it changes, an
 event and its index, `sqlite_sequence`): about what a runtime commit writes."""
@@ -302,8 +304,9 @@ class SQLiteConnection:
         if conn is None:  # pragma: no cover - closed meanwhile
             return
         with contextlib.suppress(sqlite3.Error):
-            _, log, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            self._wal_behind = log > _WAL_PAGES_MAX and copied < log
+            _, log, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            # On the main connection no write runs meanwhile: it copies every frame.
+            self._wal_behind = conn is not self._conn and log > _WAL_PAGES_MAX
 
     def _error(self, what: str, exc: sqlite3.Error, *, write: bool = False) -> StoreError:
         """Build a `StoreError` naming the file, what failed and what to do about it."""

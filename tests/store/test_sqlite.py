@@ -24,6 +24,7 @@ from pytest_harness.errors import StoreError
 from pytest_harness.store import EventDraft, NewApproval, NewRun, SQLiteStore
 from pytest_harness.store.base import Sample
 from pytest_harness.store.sqlite import SCHEMA_VERSION
+from pytest_harness.store.sqlite_connection import _CHECKPOINT_PAGES, _WAL_PAGES_MAX
 
 pytestmark = pytest.mark.asyncio
 
@@ -446,8 +447,14 @@ async def test_a_write_locked_out_past_the_busy_timeout_is_not_applied_later(
         await store.close()
 
 
-async def test_inline_writes_are_checkpointed_off_the_loop(tmp_path: Path) -> None:
-    """Automatic checkpoints are off; the store queues passive ones as the WAL grows."""
+async def test_inline_writes_are_checkpointed_off_the_loop_and_the_wal_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    """Automatic checkpoints are off; the store queues passive ones as the WAL grows.
+
+    Writes made while a checkpoint runs keep SQLite from starting the WAL over, so without
+    the occasional checkpoint on the main connection the WAL would grow with every write.
+    """
     path = tmp_path / "state.db"
     store = SQLiteStore(path, synchronous="normal")
     try:
@@ -455,7 +462,8 @@ async def test_inline_writes_are_checkpointed_off_the_loop(tmp_path: Path) -> No
         assert await store._q("t", "PRAGMA wal_autocheckpoint") == [(0,)]
         await store._q("t", "PRAGMA wal_checkpoint(TRUNCATE)")
         before = path.stat().st_size
-        for step in range(400):
+        count = 1500
+        for step in range(count):
             await store.commit(
                 record.run_id,
                 0,
@@ -465,8 +473,11 @@ async def test_inline_writes_are_checkpointed_off_the_loop(tmp_path: Path) -> No
             )
         await store._q("t", "SELECT 1")  # after whatever the worker had queued
         assert path.stat().st_size > before  # pages were copied from the WAL into the file
+        (page_size,) = (await store._q("t", "PRAGMA page_size"))[0]
+        frames = Path(f"{path}-wal").stat().st_size // (page_size + 24)
+        assert frames < _WAL_PAGES_MAX + 2 * _CHECKPOINT_PAGES < count * 3
         events = await store.events(record.run_id)
-        assert [e.data for e in events[1:]] == [{"step": step} for step in range(400)]
+        assert [e.data for e in events[1:]] == [{"step": step} for step in range(count)]
     finally:
         await store.close()
 
