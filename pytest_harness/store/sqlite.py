@@ -6,33 +6,37 @@ opening fails naming its mode. It is used in WAL mode, with `PRAGMA synchronous`
 and a busy timeout, so several processes can use it at once without `database is locked`
 reaching them.
 
-Every write the runtime makes is a single SQL statement, atomic together with its triggers,
-run inline on the event loop's thread when it can take the write lock at once (busy timeout
-zero), and otherwise on the store's worker thread, where it waits up to the busy timeout
-(`store.sqlite_connection` says why and how long a write can hold the loop). Reads run on the
-worker thread.
+Every write the runtime makes is one transaction: a single SQL statement (atomic together with
+its triggers), or a `BEGIN IMMEDIATE … COMMIT` of a row's statement and its events' inserts.
+It runs inline on the event loop's thread when it can take the write lock at once (busy
+timeout zero), and otherwise on the store's worker thread, where it waits up to the busy
+timeout (`store.sqlite_connection` says why, and how long a write can hold the loop). Reads
+run on the worker thread.
 
-- `commit` is one fenced `UPDATE runs … WHERE run_id = ? AND lease_token = ? RETURNING
-  control`. The events and approval requests of the boundary travel in the `pending_events`
-  and `pending_approvals` columns as JSON arrays; an `AFTER UPDATE` trigger moves their items
-  into the `events` and `approvals` tables (`json_each`) and clears the columns. A stale token
-  updates no row, so the trigger never fires and nothing is written. The `RETURNING` clause
-  hands the driver any pending pause or cancel request in the same round trip.
+- `commit` is `BEGIN IMMEDIATE`, one fenced `UPDATE runs … WHERE run_id = ? AND lease_token
+  = ? RETURNING control`, an `INSERT INTO events` per event when the `UPDATE` found the run,
+  and `COMMIT`. The boundary's approval requests and journal entries travel in the
+  `pending_approvals` and `pending_journal` columns as JSON arrays; `AFTER UPDATE` triggers
+  move their items into the `approvals` and `journal` tables (`json_each`) and clear the
+  columns. A stale token updates no row, so the triggers never fire and nothing is written.
+  The `RETURNING` clause hands the driver any pending pause or cancel request.
+- `create_run` is `BEGIN IMMEDIATE`, one `INSERT … ON CONFLICT (tenant_key, task,
+  idempotency_key) DO NOTHING RETURNING seq`, the inserts of its first events when it made
+  the row, and `COMMIT`.
 - `request_control` is one `UPDATE runs SET control = …` guarded by the run's status.
-- `create_run` is one `INSERT … ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING`,
-  with an `AFTER INSERT` trigger for its first events.
 - `decide_approval` is one compare-and-set `UPDATE approvals … WHERE status = 'pending'`, and
-  its event travels in `approvals.pending_event` to a trigger the same way.
+  its event travels in `approvals.pending_event` to a trigger.
 - Leases are single `UPDATE … RETURNING lease_token` statements.
 
-A single write statement in autocommit mode takes the write lock when it starts, so the busy
-timeout applies and no read-then-write upgrade can fail. The only multi-statement writes are
-the schema migrations, run in `BEGIN IMMEDIATE … COMMIT` before the connection is handed out.
-One statement per write also keeps the connection safe to share between asyncio tasks: a
-transaction spread over several awaited calls would let another task's statement slip into
-it. (A caller cancelled while it awaits a write does not stop the write: the statement still
-runs, whole or not at all.) Event cursors are the `events` table's `AUTOINCREMENT` ids:
-writers are serialized, so ids become visible in order.
+A write statement in autocommit mode, like `BEGIN IMMEDIATE`, takes the write lock when it
+starts, so the busy timeout applies and no read-then-write upgrade can fail; one that fails
+to get the lock has written nothing, so trying it again (on the worker thread) neither loses
+nor doubles a write. A transaction's statements run in one synchronous call that awaits
+nothing, so another asyncio task's statement cannot slip into it. (A caller cancelled while it
+awaits a write on the worker thread does not stop the write: it still runs, whole or not at
+all.) The schema migrations run in one `BEGIN IMMEDIATE … COMMIT` before the connection is
+handed out. Event cursors are the `events` table's `AUTOINCREMENT` ids: writers are
+serialized, so ids become visible in order.
 
 The connection is opened lazily in the process that uses it and refused in any other (a
 connection must never cross `fork()`); make a new store in each process.

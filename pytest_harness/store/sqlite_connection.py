@@ -282,6 +282,41 @@ class SQLiteConnection:
                 return cast(list[_Row], rows)
         return await self._q(what, sql, params, write=True)
 
+    async def _tx(self, what: str, work: Callable[[sqlite3.Connection], T], *, size: int) -> T:
+        """Run `work(conn)` in one `BEGIN IMMEDIATE … COMMIT` transaction, inline if it can.
+
+        Inline when the write lock can be taken at once, else on the worker thread (waiting up
+        to the busy timeout). `work` runs its statements to the end (`fetchall`) and awaits
+        nothing, so no other task's statement can slip into the transaction; if it raises, the
+        transaction is rolled back and nothing is written. `size` is as in `_w`.
+        """
+        conn = self._conn
+        if conn is None or self._pid != os.getpid():
+            conn = await self._db()
+        if size <= _INLINE_BYTES and self._idle():
+            try:
+                if self._busy_ms:
+                    conn.execute("PRAGMA busy_timeout = 0")
+                    self._busy_ms = 0
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                if not _is_busy(exc):
+                    raise self._error(what, exc, write=True) from exc
+            else:
+                try:
+                    result = _finish(conn, work)
+                except sqlite3.Error as exc:
+                    raise self._error(what, exc, write=True) from exc
+                self._wrote(size)
+                return result
+        future = self._submit(lambda conn: _transaction(conn, work))
+        try:
+            result = await asyncio.wrap_future(future)
+        except sqlite3.Error as exc:
+            raise self._error(what, exc, write=True) from exc
+        self._wrote(size)
+        return result
+
     def _wrote(self, size: int) -> None:
         """Count a write's WAL pages; queue a passive checkpoint when there are enough."""
         self._wal_pages += _PAGES_PER_WRITE + size // self._page_size
@@ -345,3 +380,22 @@ class SQLiteConnection:
             f"read run {run_id}", "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)
         ):
             raise UnknownRun(run_id)
+
+
+def _transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """`BEGIN IMMEDIATE`, `work(conn)`, `COMMIT` (waiting for the lock per the busy timeout)."""
+    conn.execute("BEGIN IMMEDIATE")
+    return _finish(conn, work)
+
+
+def _finish(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """Run `work` in the open transaction and commit it, or roll it back when anything fails."""
+    try:
+        result = work(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    return result

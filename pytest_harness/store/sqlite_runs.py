@@ -1,7 +1,8 @@
 """The SQLite store's runs: creation, leases, fenced commits, control requests, listings, claims.
 
-Each write is one statement (`store.sqlite` says why); `commit` carries a boundary's events,
-approval requests and journal entries to the triggers that file them.
+Each write is one statement, or one transaction (`create_run`, `commit`: the run's row, then
+its events); `commit` carries a boundary's approval requests and journal entries to the
+triggers that file them (`store.sqlite` says why).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pytest_harness.store.sqlite_statements import (
     _COMMIT,
     _CONTROL,
     _CREATE,
+    _EVENT,
     _RELEASE,
     _RENEW,
     _RUN,
@@ -54,42 +56,41 @@ class SQLiteRuns(SQLiteConnection):
         principal = encode_json(run.principal, f"the principal of {what}")
         labels = encode_json(run.labels, f"the labels of {what}")
         state = encode_json(run.state, f"the state of {what}")
-        events = (
-            encode_json(
-                [{"kind": e.kind, "data": e.data} for e in run.events], f"the events of {what}"
-            )
-            if run.events
-            else None
-        )
+        now = time.time()
+        events = _event_rows(run.run_id, run.events, now, f"the events of {what}")
         journal = _journal_json(run.run_id, run.journal)
         tenant_key = run.tenant or ""
         status = _text(run.status)
-        now = time.time()
-        inserted = await self._w(
-            f"create {what}",
-            _CREATE,
-            (
-                run.run_id,
-                run.session_id,
-                run.task,
-                run.tenant,
-                tenant_key,
-                principal,
-                run.input,
-                labels,
-                run.idempotency_key,
-                status,
-                state,
-                now,
-                now,
-                events,
-                run.lease_owner,
-                1 if run.lease_owner is not None else 0,
-                now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
-                1 if run.record else 0,
-                journal,
-            ),
+        params = (
+            run.run_id,
+            run.session_id,
+            run.task,
+            run.tenant,
+            tenant_key,
+            principal,
+            run.input,
+            labels,
+            run.idempotency_key,
+            status,
+            state,
+            now,
+            now,
+            run.lease_owner,
+            1 if run.lease_owner is not None else 0,
+            now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
+            1 if run.record else 0,
+            journal,
         )
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            if not conn.execute(_CREATE, params).fetchall():
+                return False  # the idempotency key is taken
+            if events:
+                conn.executemany(_EVENT, events)
+            return True
+
+        size = len(state) + len(run.input) + sum(len(e[2]) for e in events) + len(journal or "")
+        inserted = await self._tx(f"create {what}", insert, size=size)
         if inserted:
             record = RunRecord(
                 run_id=run.run_id,
@@ -205,31 +206,33 @@ class SQLiteRuns(SQLiteConnection):
         Return the pending control request as of the write (cleared when it is `clear_control`).
         """
         state_json = encode_json(state, f"the state of run {run_id}")
-        events_json = (
-            encode_json(
-                [{"kind": e.kind, "data": e.data} for e in events], f"the events of run {run_id}"
-            )
-            if events
-            else None
-        )
-        approvals_json = approvals_json_of(run_id, approvals)
         now = time.time()
-        expires = None if lease_ttl is None else now + lease_ttl
+        event_rows = _event_rows(run_id, events, now, f"the events of run {run_id}")
+        approvals_json = approvals_json_of(run_id, approvals)
+        journal_json = _journal_json(run_id, journal)
         params = {
             "status": _text(status),
             "state": state_json,
             "now": now,
-            "events": events_json,
             "approvals": approvals_json,
-            "journal": _journal_json(run_id, journal),
-            "expires": expires,
+            "journal": journal_json,
+            "expires": None if lease_ttl is None else now + lease_ttl,
             "run_id": run_id,
             "token": token,
             "release": release,
             "clear_control": clear_control,
         }
+
+        def update(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows = conn.execute(_COMMIT, params).fetchall()
+            if rows and event_rows:  # a stale token updated no row: nothing is written
+                conn.executemany(_EVENT, event_rows)
+            return rows
+
+        size = len(state_json) + sum(len(e[2]) for e in event_rows)
+        size += len(approvals_json or "") + len(journal_json or "")
         try:
-            written = await self._w(f"commit run {run_id}", _COMMIT, params)
+            written = await self._tx(f"commit run {run_id}", update, size=size)
         except StoreError as exc:
             if approvals and isinstance(exc.__cause__, sqlite3.IntegrityError):
                 await self._raise_taken(run_id, [a.approval_id for a in approvals])
@@ -354,3 +357,10 @@ class SQLiteRuns(SQLiteConnection):
             (time.time() if now is None else now,),
         )
         return [row[0] for row in rows]
+
+
+def _event_rows(
+    run_id: str, events: Sequence[EventDraft], at: float, what: str
+) -> list[tuple[str, str, str, float]]:
+    """The `events` rows of a write's event drafts (each one's data as JSON)."""
+    return [(run_id, e.kind, encode_json(e.data, what), at) for e in events]

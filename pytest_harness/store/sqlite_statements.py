@@ -1,7 +1,7 @@
 """The SQLite store's write and read statements, and the decoding of the rows they return.
 
-Each runtime write is one of these statements (see `store.sqlite`: one statement per write,
-atomic together with its triggers).
+Each runtime write is one of these statements, or (`create_run`, `commit`) one of them followed
+by the `_EVENT` inserts of its events, in one transaction (see `store.sqlite`).
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ _APPROVAL = (
 
 _CREATE = (
     "INSERT INTO runs (run_id, session_id, task, tenant, tenant_key, principal, input, labels, "
-    "idempotency_key, status, state, created_at, updated_at, pending_events, lease_owner, "
-    "lease_token, lease_expires, record, pending_journal) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "idempotency_key, status, state, created_at, updated_at, lease_owner, lease_token, "
+    "lease_expires, record, pending_journal) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING seq"
 )
+_EVENT = "INSERT INTO events (run_id, kind, data, at) VALUES (?, ?, ?, ?)"
 _COMMIT = (
     "UPDATE runs SET status = :status, state = :state, updated_at = :now, "
-    "pending_events = :events, pending_approvals = :approvals, pending_journal = :journal, "
+    "pending_approvals = :approvals, pending_journal = :journal, "
     "lease_expires = CASE WHEN :release THEN NULL "
     "WHEN :expires IS NULL OR lease_owner IS NULL THEN lease_expires ELSE :expires END, "
     "lease_owner = CASE WHEN :release THEN NULL ELSE lease_owner END, "
