@@ -505,7 +505,11 @@ async def test_opening_waits_for_a_lock_on_a_new_file(tmp_path: Path) -> None:
         await patient.close()
 
 
-async def test_a_full_disk_is_a_store_error_and_nothing_is_written(store: SQLiteStore) -> None:
+@pytest.mark.parametrize("size", [200_000, 100], ids=["on the worker thread", "inline"])
+async def test_a_full_disk_is_a_store_error_and_nothing_is_written(
+    store: SQLiteStore, size: int
+) -> None:
+    """A write too big for the disk fails whole, wherever it runs (its events need new pages)."""
     record, _ = await store.create_run(new_run())
     (pages,) = (await store._q("t", "PRAGMA page_count"))[0]
     await store._q("t", f"PRAGMA max_page_count = {pages}")  # as if the disk were full
@@ -514,8 +518,8 @@ async def test_a_full_disk_is_a_store_error_and_nothing_is_written(store: SQLite
             record.run_id,
             0,
             status="completed",
-            state={"big": "x" * 200_000},
-            events=[EventDraft("e", {"big": "y" * 100_000})],
+            state={"big": "x" * size},
+            events=[EventDraft("e", {"n": n, "big": "y" * 1000}) for n in range(50)],
         )
     message = str(info.value)
     assert str(store.path) in message and "full" in message and "nothing was written" in message
