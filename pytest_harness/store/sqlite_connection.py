@@ -5,10 +5,11 @@ lazily in the process that uses it (never across `fork()`; the file itself is ma
 configured and migrated by `store.sqlite_file`), and runs each statement in one of two places,
 never both at once:
 
-- **Inline, on the event loop's thread** (`_w`): the runtime's short writes. The statement is
-  tried with a busy timeout of zero, so it never waits for a lock: it either takes the write
-  lock at once and runs (one statement, its triggers, and at `synchronous: full` one fsync of
-  the WAL), or fails with `SQLITE_BUSY` having written nothing, and goes to the worker thread.
+- **Inline, on the event loop's thread** (`_w`: one statement; `_tx`: one `BEGIN IMMEDIATE …
+  COMMIT` transaction): the runtime's short writes. They are tried with a busy timeout of
+  zero, so they never wait for a lock: a write either takes the write lock at once and runs
+  (its statements, their triggers, and at `synchronous: full` one fsync of the WAL), or fails
+  with `SQLITE_BUSY` having written nothing, and goes to the worker thread.
 - **On the store's worker thread** (`_q`): reads, opening and closing, checkpoints, a write
   another connection holds the lock against (it waits there, up to the busy timeout, without
   holding up the loop), and a write larger than `_INLINE_BYTES`.
@@ -19,8 +20,8 @@ the worker has nothing queued or running, and otherwise it queues behind the wor
 checkpoints are off (a checkpoint copies the WAL into the database and fsyncs it, which can
 take long); the store instead queues a passive checkpoint on the worker thread after about as
 many WAL pages as SQLite's default (1,000) have been written inline. So what a write can hold
-the loop for is bounded: one statement of at most `_INLINE_BYTES` of parameters, and at `full`
-one fsync.
+the loop for is bounded: one statement or transaction of at most `_INLINE_BYTES` of
+parameters, and at `full` one fsync.
 
 Checkpoints go through a second connection of the worker thread's own, so the loop's writes
 go on while one runs (a WAL checkpoint does not lock writers out). But SQLite only starts the
