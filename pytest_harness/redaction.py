@@ -235,19 +235,48 @@ def redact(value: Any) -> Any:
     Containers are copied (mappings as dicts, sequences as lists); strings that hold JSON are
     redacted inside and written back as compact JSON only when something changed.
     """
-    if isinstance(value, Mapping):
+    kind = type(value)
+    if kind is str:
+        return _redact_string(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict or isinstance(value, Mapping):
         return {
             k: (REDACTED if isinstance(k, str) and is_credential_key(k) else redact(v))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
-    if isinstance(value, str):
-        return _redact_string(value)
+    if isinstance(value, str):  # a subclass (a str Enum): scanned, never cached
+        return _redact_scan(value)
     return value
 
 
+_SCALARS = frozenset({int, float, bool, type(None)})
+"""Exact types that `redact` returns as they are, without the container checks."""
+
+_CACHED_LENGTH = 4096
+"""Strings up to this length keep their redacted form in a cache (`_redact_cached`)."""
+
+
 def _redact_string(text: str) -> str:
+    if len(text) <= _CACHED_LENGTH:
+        return _redact_cached(text)
+    return _redact_scan(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_cached(text: str) -> str:
+    """`_redact_scan`, remembered: a run's requests repeat its prompt, schemas and messages.
+
+    Redaction is deterministic for the process (the shapes are fixed by `_scanners`' first
+    call), so a cached answer is the answer. Bounded: at most 4,096 strings of at most
+    `_CACHED_LENGTH` characters.
+    """
+    return _redact_scan(text)
+
+
+def _redact_scan(text: str) -> str:
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):
         try:

@@ -61,6 +61,8 @@ class Recording:
     """The stored run it came from; never written to a golden file."""
     source: Path | None = None
     """The file it was loaded from, if any."""
+    _redacted: bool = field(default=False, init=False, repr=False, compare=False)
+    """Set on what `redacted()` returns: redacting it again would give it back unchanged."""
 
     @classmethod
     async def from_store(cls, store: Store, run_id: str) -> Recording:
@@ -234,8 +236,11 @@ class Recording:
         Credential-shaped keys and secret shapes in free text, in the input, principal,
         labels, history, model turns, tool calls and results, approvals (arguments, approver
         and reason), output, error and trace: everything a golden file or a report shows.
+        Redaction is idempotent, so the copy's own `redacted()` is the copy itself.
         """
-        return replace(
+        if self._redacted:
+            return self
+        done = replace(
             self,
             input=redact(self.input),
             principal=redact(self.principal),
@@ -271,6 +276,8 @@ class Recording:
             trace=Trace.from_list(redact(self.trace.to_list())),
             grades=tuple(redact([dict(g) for g in self.grades])),
         )
+        object.__setattr__(done, "_redacted", True)
+        return done
 
     def to_dict(self) -> dict[str, Any]:
         """The golden form (`@2`): fixed key order, request parts by digest, stable ids.

@@ -62,10 +62,6 @@ _UNKNOWN_CHARGE = frozenset({"server", "timeout", "malformed"})
 """Failed attempts the provider may have charged for: the run's usage is then incomplete."""
 
 
-def _retryable(error: BaseException) -> bool:
-    return isinstance(error, ModelError) and error.retryable
-
-
 class ModelCalls(DriverBase):
     """The model side of a drive: ask, retry, fall back, stream, journal."""
 
@@ -82,14 +78,12 @@ class ModelCalls(DriverBase):
         """Ask the task's model, retrying and then falling back; every attempt is a turn.
 
         A `rate_limit`, `server` or `timeout` error is retried `retries` times with the
-        provider's backoff (tenacity drives the attempts), while the waits fit in what is left
-        of the model's `retry_budget` for this run; each retry's failed attempt is committed
-        (`model.failed`) with its wait charged before the wait starts. Then, or at once for
-        another error, the next fallback model is asked. A `refusal` fails the run: another model
-        would not make the request acceptable.
+        provider's backoff, while the waits fit in what is left of the model's `retry_budget`
+        for this run (`RetryClock`); each retry's failed attempt is committed (`model.failed`)
+        with its wait charged before the wait starts. Then, or at once for another error, the
+        next fallback model is asked. A `refusal` fails the run: another model would not make
+        the request acceptable.
         """
-        from tenacity import AsyncRetrying, retry_if_exception
-
         last: ModelError | None = None
         for link in self.plan.models:
             if link.provider.live and not live_models_allowed():
@@ -103,17 +97,8 @@ class ModelCalls(DriverBase):
                 budget=link.spec.retry_budget,
                 clock=clock,
             )
-            retrying = AsyncRetrying(
-                stop=retry_clock.stop,
-                retry=retry_if_exception(_retryable),
-                wait=retry_clock.wait,
-                sleep=self._retry_sleep(clock),
-                reraise=True,
-            )
             try:
-                async for attempt in retrying:
-                    with attempt:
-                        response = await self._attempt(link)
+                response = await self._attempts(link, retry_clock, clock)
             except ModelError as exc:
                 clock.pop("call_failures", None)
                 last = exc
@@ -128,6 +113,20 @@ class ModelCalls(DriverBase):
         assert last is not None
         tried = ", ".join(link.name for link in self.plan.models)
         raise ModelError(last.kind, f"every model failed (tried {tried}); last error: {last}")
+
+    async def _attempts(
+        self, link: ModelLink, retry_clock: RetryClock, clock: dict[str, float]
+    ) -> ModelResponse:
+        """Attempt `link` until it answers, or raise the error that no retry follows."""
+        number = 0
+        while True:
+            number += 1
+            try:
+                return await self._attempt(link)
+            except ModelError as exc:
+                if not exc.retryable or retry_clock.stop(number, exc):
+                    raise
+                await self._retry_sleep(clock, retry_clock.wait(number, exc))
 
     async def _attempt(self, link: ModelLink) -> ModelResponse:
         """One model attempt: a new request, a turn, and its answer or error in the record."""
@@ -366,21 +365,17 @@ class ModelCalls(DriverBase):
                 raise _Deadline from None
             raise ModelError("timeout", f"{what} did not answer within {timeout}s") from None
 
-    def _retry_sleep(self, clock: dict[str, float]) -> Callable[[float], Any]:
-        """Tenacity's `sleep` for one model: charge the wait to its clock, commit, then wait.
+    async def _retry_sleep(self, clock: dict[str, float], seconds: float) -> None:
+        """Charge the wait before a retry to the model's clock, commit, then wait.
 
         The failed attempt and the charged wait are committed before the wait starts, so a
         worker that stops during it leaves the wait counted: a resumed run never gets it back.
         """
-
-        async def sleep(seconds: float) -> None:
-            remaining = self._remaining()
-            if seconds > 0 and remaining is not None and seconds >= remaining:
-                raise _Deadline
-            clock["retry_waited"] = round(clock.get("retry_waited", 0.0) + seconds, 6)
-            clock["call_failures"] = clock.get("call_failures", 0) + 1
-            await self._commit([], phase=Boundary.MODEL_FAILED)
-            if seconds > 0:
-                await asyncio.sleep(seconds)
-
-        return sleep
+        remaining = self._remaining()
+        if seconds > 0 and remaining is not None and seconds >= remaining:
+            raise _Deadline
+        clock["retry_waited"] = round(clock.get("retry_waited", 0.0) + seconds, 6)
+        clock["call_failures"] = clock.get("call_failures", 0) + 1
+        await self._commit([], phase=Boundary.MODEL_FAILED)
+        if seconds > 0:
+            await asyncio.sleep(seconds)

@@ -32,12 +32,12 @@ _SLACK = 1e-9
 class RetryClock:
     """The waits before the retries of one model in one step, within its `retry_budget`.
 
-    Tenacity asks `stop` and `wait` after each failed attempt (in either order, depending on
-    its version); both use one delay per attempt, asked of the provider once, so a jittered
-    backoff is the same number for both. Attempts are numbered from the failures of this call
-    that a stopped worker already committed (`call_failures`), so a resumed call keeps its
-    `retries` count and its backoff too. `spent` is set when the budget stopped the retries:
-    `(seconds waited, the wait the next retry needed)`.
+    After each failed attempt that may be retried, the run loop asks `stop` and then `wait`;
+    both use one delay per attempt, asked of the provider once, so a jittered backoff is the
+    same number for both. Attempts are numbered from the failures of this call that a stopped
+    worker already committed (`call_failures`), so a resumed call keeps its `retries` count
+    and its backoff too. `spent` is set when the budget stopped the retries: `(seconds waited,
+    the wait the next retry needed)`.
     """
 
     def __init__(
@@ -58,29 +58,25 @@ class RetryClock:
         self.spent: tuple[float, float] | None = None
         self._delays: dict[int, float] = {}
 
-    def delay(self, state: Any) -> float:
-        """The provider's delay before the retry that follows attempt `state.attempt_number`."""
-        number = self.before + int(state.attempt_number)
+    def delay(self, attempt: int, error: ModelError | None) -> float:
+        """The provider's delay before the retry that follows attempt `attempt` (1-based)."""
+        number = self.before + attempt
         if number not in self._delays:
-            outcome = state.outcome
-            error = outcome.exception() if outcome is not None else None
-            self._delays[number] = max(
-                0.0,
-                self.provider.retry_delay(number, error if isinstance(error, ModelError) else None),
-            )
+            self._delays[number] = max(0.0, self.provider.retry_delay(number, error))
         return self._delays[number]
 
-    def wait(self, state: Any) -> float:
-        """Tenacity's `wait`: nothing after the last attempt, else the provider's delay."""
-        if self.before + state.attempt_number >= self.attempts:
+    def wait(self, attempt: int, error: ModelError | None) -> float:
+        """The wait after attempt `attempt` failed: nothing after the last one."""
+        if self.before + attempt >= self.attempts:
             return 0.0
-        return self.delay(state)
+        return self.delay(attempt, error)
 
-    def stop(self, state: Any) -> bool:
-        """Tenacity's `stop`: after the last attempt, or when the wait would pass the budget."""
-        if self.before + state.attempt_number >= self.attempts:
+    def stop(self, attempt: int, error: ModelError | None) -> bool:
+        """Whether no retry follows attempt `attempt`: it was the last, or the wait would pass
+        the budget."""
+        if self.before + attempt >= self.attempts:
             return True
-        delay = self.delay(state)
+        delay = self.delay(attempt, error)
         waited = self.clock.get("retry_waited", 0.0)
         if waited + delay > self.budget + _SLACK:
             self.spent = (waited, delay)
