@@ -72,8 +72,7 @@ class RetryClock:
         return self.delay(attempt, error)
 
     def stop(self, attempt: int, error: ModelError | None) -> bool:
-        """Whether no retry follows attempt `attempt`: it was the last, or the wait would pass
-        the budget."""
+        """Whether no retry follows attempt `attempt`: the last, or its wait passes the budget."""
         if self.before + attempt >= self.attempts:
             return True
         delay = self.delay(attempt, error)
