@@ -214,6 +214,8 @@ class ScriptedProvider:
     def __init__(self, script: Script, *, model_name: str = "scripted") -> None:
         self.script = script
         self.model_name = model_name
+        self._answer_tokens: dict[int, int] = {}
+        """The estimated output tokens of each turn without `usage`, by the turn's id."""
 
     @classmethod
     def from_config(cls, config: ProviderConfig) -> ScriptedProvider:
@@ -267,7 +269,7 @@ class ScriptedProvider:
                 retry_after=turn.retry_after,
             )
         calls = turn.proposed_calls(request.turn)
-        usage = _usage(turn, request, calls)
+        usage = self._usage(turn, request, calls)
         return ModelResponse(text=turn.say, calls=calls, usage=usage, incomplete=turn.incomplete)
 
     def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
@@ -276,14 +278,19 @@ class ScriptedProvider:
             return error.retry_after
         return 0.0
 
-
-def _usage(turn: ScriptTurn, request: ModelRequest, calls: tuple[ProposedCall, ...]) -> TokenUsage:
-    if turn.usage is not None:
-        return TokenUsage(turn.usage.input_tokens, turn.usage.output_tokens)
-    answer = turn.say or ""
-    if calls:
-        answer += json.dumps([{"name": c.name, "args": dict(c.args)} for c in calls])
-    return TokenUsage(estimate_request_tokens(request), estimate_tokens(answer))
+    def _usage(
+        self, turn: ScriptTurn, request: ModelRequest, calls: tuple[ProposedCall, ...]
+    ) -> TokenUsage:
+        """The turn's `usage`, else an estimate (the answer's part is the same every time)."""
+        if turn.usage is not None:
+            return TokenUsage(turn.usage.input_tokens, turn.usage.output_tokens)
+        output = self._answer_tokens.get(id(turn))
+        if output is None:
+            answer = turn.say or ""
+            if calls:
+                answer += json.dumps([{"name": c.name, "args": dict(c.args)} for c in calls])
+            output = self._answer_tokens[id(turn)] = estimate_tokens(answer)
+        return TokenUsage(estimate_request_tokens(request), output)
 
 
 def _kind(value: Any) -> str:

@@ -23,6 +23,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import CoreSchema, ErrorDetails, to_json, to_jsonable_python
 
+from pytest_harness.eager import start
 from pytest_harness.errors import did_you_mean
 from pytest_harness.importing import import_callable
 from pytest_harness.models.base import ToolSchema
@@ -326,14 +327,28 @@ class Tool:
         return ToolOutcome.success(result)
 
     async def _call_within(self, limit: float, kwargs: dict[str, Any]) -> Any:
-        timer = asyncio.timeout(limit)
+        """Call the function, cut off after `limit` seconds (`_Expired`).
+
+        An async function is started at once: one that answers without waiting arms no timer
+        (`pytest_harness.eager`), and one that waits is held to the limit counted from its
+        start.
+        """
+        since = asyncio.get_running_loop().time()
+        if self.is_async:
+            result = self.fn(**kwargs)
+            if not inspect.isawaitable(result):
+                return result
+            started = start(result)
+            if started.done:
+                return started.value
+            pending: Any = started
+        else:
+            pending = asyncio.to_thread(self.fn, **kwargs)
+        timer = asyncio.timeout_at(since + limit)
         try:
             async with timer:
-                if self.is_async:
-                    result = self.fn(**kwargs)
-                else:
-                    result = await asyncio.to_thread(self.fn, **kwargs)
-                if inspect.isawaitable(result):
+                result = await pending
+                if not self.is_async and inspect.isawaitable(result):
                     result = await result
         except TimeoutError:
             if timer.expired():
