@@ -37,6 +37,7 @@ __all__ = [
     "SECRET_PATTERNS",
     "SecretPattern",
     "comparable",
+    "holds_ids",
     "is_credential_key",
     "redact",
     "redact_text",
@@ -334,6 +335,11 @@ def _stable(data: Any) -> Any:
 def comparable(value: Any) -> Any:
     """`value` as recordings compare it: redacted, with generated ids made stable."""
     return stable_ids(redact(value))
+
+
+def holds_ids(value: Any) -> bool:
+    """Whether `stable_ids` would find a generated id to replace in `value`."""
+    return _may_hold_ids(_text(value))
 
 
 def _may_hold_ids(text: str) -> bool:

@@ -23,9 +23,11 @@ __all__ = [
     "ProposedCall",
     "TokenUsage",
     "ToolSchema",
+    "canonical_json",
     "content_digest",
     "estimate_request_tokens",
     "estimate_tokens",
+    "text_digest",
 ]
 
 
@@ -171,7 +173,16 @@ def estimate_request_tokens(request: ModelRequest) -> int:
     return max(1, (size + 3) // 4)
 
 
+def canonical_json(content: Any) -> str:
+    """The canonical JSON of `content`: sorted keys, no spaces, text as it is (not escaped)."""
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def text_digest(canonical: str) -> str:
+    """`sha256:` of a canonical JSON text."""
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def content_digest(content: Any) -> str:
     """`sha256:` of the canonical JSON of `content` (sorted keys, no spaces)."""
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return text_digest(canonical_json(content))

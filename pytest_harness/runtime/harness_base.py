@@ -12,7 +12,6 @@ import asyncio
 import os
 import socket
 import time
-import uuid
 import warnings
 from collections.abc import Mapping
 from types import TracebackType
@@ -25,6 +24,7 @@ from pytest_harness.runtime.approval_checks import _check_resolvable, _moot, _re
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.engine import DriveContext, Driver
 from pytest_harness.runtime.events import EventHub
+from pytest_harness.runtime.ids import uuid4_hex
 from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.plan import Plans, TaskPlan
 from pytest_harness.runtime.principal import Principal, as_principal
@@ -77,7 +77,7 @@ class HarnessBase:
         self._record_explicit = record is not None
         self._tasks = tasks
         self._keep_requests = keep_requests
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4_hex()[:8]}"
         self._opened = False
         self._closed = False
         self._background: set[asyncio.Task[RunResult]] = set()
@@ -177,7 +177,7 @@ class HarnessBase:
         who = as_principal(principal)
         plan.check_live()
         await self._open()
-        run_id = f"run_{uuid.uuid4().hex}"
+        run_id = f"run_{uuid4_hex()}"
         merged_labels = {**plan.spec.labels, **(labels or {})}
         record = self.record
         earlier: list[RunRecord] = []
@@ -216,7 +216,7 @@ class HarnessBase:
         stored, created = await self.store.create_run(
             NewRun(
                 run_id=run_id,
-                session_id=session_id or f"ses_{uuid.uuid4().hex}",
+                session_id=session_id or f"ses_{uuid4_hex()}",
                 task=task,
                 tenant=tenant_,
                 principal=who.to_dict(),

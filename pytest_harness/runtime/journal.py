@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pytest_harness.errors import RecordingError, StoreError
+from pytest_harness.runtime.ids import uuid4_text
 from pytest_harness.store.base import EventDraft, JournalDraft
 
 __all__ = ["KINDS", "Journal", "write_with_retries"]
@@ -68,7 +68,7 @@ def draft(
     """A new journal entry with a fresh UUID and the current time."""
     assert kind in KINDS, kind
     return JournalDraft(
-        id=str(uuid.uuid4()),
+        id=uuid4_text(),
         kind=kind,
         step=step,
         ts=time.time(),

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from pytest_harness.eager import start
 from pytest_harness.errors import LiveModelBlocked, ModelError
-from pytest_harness.models.base import ModelRequest, ModelResponse, content_digest
+from pytest_harness.models.base import ModelRequest, ModelResponse
 from pytest_harness.models.live import live_models_allowed
-from pytest_harness.redaction import comparable
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.driver_base import DriverBase, _Deadline
+from pytest_harness.runtime.ids import uuid4_hex
 from pytest_harness.runtime.plan import ModelLink
+from pytest_harness.runtime.request_digests import PARTS, request_digests
 from pytest_harness.runtime.retrying import (
     FirstEvent,
     RetryClock,
@@ -33,9 +33,6 @@ from pytest_harness.runtime.trace import Decision
 from pytest_harness.store.base import EventDraft
 
 __all__ = ["PARTS", "ModelCalls"]
-
-PARTS = ("system", "tools", "messages")
-"""The parts of a model request a recording keeps a digest of."""
 
 
 def _answer(response: ModelResponse) -> dict[str, Any]:
@@ -245,17 +242,17 @@ class ModelCalls(DriverBase):
         the attempt it lost is journaled as `model.interrupted`.
         """
         content = request.content()
-        seen = comparable(content)  # one scan for the whole request and its parts
+        # digests of the redacted request, so golden files compare equal: whole, and part
+        # by part, so a replay can say which part changed
+        digest, parts = request_digests(request, content)
         self.state.attempt = {"id": request.attempt_id, "model": link.name}
         self.journal.note(
             "model.started",
             {
                 "model": link.name,
                 "turn": request.turn,
-                # digests of the redacted request, so golden files compare equal: whole,
-                # and part by part, so a replay can say which part changed
-                "digest": content_digest(seen),
-                "parts": {part: content_digest(seen[part]) for part in PARTS},
+                "digest": digest,
+                "parts": parts,
                 "request": self._request_delta(content) if self.ctx.keep_requests else None,
             },
             step=self.state.steps + 1,
@@ -304,7 +301,7 @@ class ModelCalls(DriverBase):
         )
 
     def _request(self, link: ModelLink, arrived: asyncio.Event) -> ModelRequest:
-        attempt_id = f"att_{uuid.uuid4().hex}"
+        attempt_id = f"att_{uuid4_hex()}"
         run_id = self.record.run_id
         hub = self.ctx.hub
         # Providers stream when given `on_text`. In-process ones (scripted, function) get it

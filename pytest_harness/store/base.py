@@ -555,7 +555,11 @@ def _json_default(value: object) -> object:
 
 
 _ENCODER = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_json_default
+    ensure_ascii=False,
+    separators=(",", ":"),
+    allow_nan=False,
+    default=_json_default,
+    check_circular=False,  # a cycle ends in RecursionError, as deep nesting does: both caught
 )
 
 
@@ -563,7 +567,8 @@ def encode_json(value: object, what: str) -> str:
     """Encode `value` as compact JSON text, the one encoding every store writes.
 
     Any `Mapping` is written as an object and a tuple as an array. A value JSON cannot hold
-    is a `StoreError` naming `what` (for example `"the state of run run_…"`).
+    (circular or nested too deep included) is a `StoreError` naming `what` (for example
+    `"the state of run run_…"`).
     """
     try:
         return _ENCODER.encode(value)
@@ -572,6 +577,12 @@ def encode_json(value: object, what: str) -> str:
             f"cannot store {what}: {exc}; keep it to JSON values (objects, arrays, strings, "
             "finite numbers, booleans and null); nothing was written"
         ) from exc
+    except RecursionError:
+        raise StoreError(
+            f"cannot store {what}: it is circular or nested too deep for JSON; keep it to "
+            "JSON values (objects, arrays, strings, finite numbers, booleans and null); "
+            "nothing was written"
+        ) from None
 
 
 def parse_cursor(after: str) -> int:

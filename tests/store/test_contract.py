@@ -182,7 +182,9 @@ async def test_status_enum_is_stored_as_its_value(store: Store) -> None:
 
 async def test_unserializable_payload_is_a_store_error_and_writes_nothing(store: Store) -> None:
     record, _ = await store.create_run(new_run())
-    for state in ({"x": object()}, {"x": float("nan")}, {"x": {1, 2}}):
+    circular: dict[str, object] = {}
+    circular["self"] = circular
+    for state in ({"x": object()}, {"x": float("nan")}, {"x": {1, 2}}, circular):
         with pytest.raises(StoreError, match=f"cannot store the state of run {record.run_id}"):
             await store.commit(record.run_id, 0, status="failed", state=state)
     with pytest.raises(StoreError, match="cannot store the events of run"):

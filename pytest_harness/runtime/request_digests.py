@@ -1,0 +1,77 @@
+"""The digests a recording keeps of each model request: the whole request, and part by part.
+
+Each digest is `sha256:` of the canonical JSON (`models.base.content_digest`) of the request as
+recordings compare it (`redaction.comparable`: credentials redacted, generated ids numbered in
+document order), so a golden file compares equal whatever ids a run drew. The parts are the
+system prompt, the tool schemas and the messages (`PARTS`); the whole request's canonical JSON
+is the three parts' under their sorted keys, so it is put together from theirs, not encoded
+again.
+
+Every request of a task repeats its system prompt and tool schemas. Their redacted form and its
+canonical JSON are worked out once per prompt and schemas (`_Fixed`), and reused while the
+request holds no generated id: `stable_ids` numbers ids across the whole request, so a request
+with one anywhere is made comparable whole, exactly as `comparable` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_harness.models.base import ModelRequest, ToolSchema, canonical_json, text_digest
+from pytest_harness.redaction import comparable, holds_ids, redact
+
+__all__ = ["PARTS", "request_digests"]
+
+PARTS = ("system", "tools", "messages")
+"""The parts of a model request a recording keeps a digest of, in the order it keeps them."""
+
+_CACHED = 64
+"""How many prompt-and-schemas pairs are remembered (a process has a few tasks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    """A task's system prompt and tool schemas, redacted, as canonical JSON (no ids in them)."""
+
+    system: str
+    tools: tuple[ToolSchema, ...]
+    """The objects it was worked out from (kept, so their ids cannot be reused meanwhile)."""
+    canonical: dict[str, str] | None
+    """Canonical JSON of the redacted `system` and `tools` parts; None when they hold ids."""
+
+
+_fixed: dict[tuple[int, int], _Fixed] = {}
+
+
+def _fixed_parts(request: ModelRequest, content: dict[str, Any]) -> dict[str, str] | None:
+    key = (id(request.system), id(request.tools))
+    found = _fixed.get(key)
+    if found is None or found.system is not request.system or found.tools is not request.tools:
+        parts = {"system": redact(content["system"]), "tools": redact(content["tools"])}
+        canonical = None
+        if not any(holds_ids(value) for value in parts.values()):
+            canonical = {name: canonical_json(value) for name, value in parts.items()}
+        found = _Fixed(request.system, request.tools, canonical)
+        if len(_fixed) >= _CACHED:
+            _fixed.clear()
+        _fixed[key] = found
+    return found.canonical
+
+
+def request_digests(request: ModelRequest, content: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The digest of `content` (`request.content()`) as recordings compare it, and its parts'."""
+    canonical: dict[str, str] = {}
+    fixed = _fixed_parts(request, content)
+    if fixed is not None:
+        messages = redact(content["messages"])
+        if not holds_ids(messages):
+            canonical = {**fixed, "messages": canonical_json(messages)}
+    if not canonical:
+        seen = comparable(content)  # ids somewhere: numbered across the whole request
+        canonical = {part: canonical_json(seen[part]) for part in PARTS}
+    whole = (
+        f'{{"messages":{canonical["messages"]},"system":{canonical["system"]},'
+        f'"tools":{canonical["tools"]}}}'
+    )
+    return text_digest(whole), {part: text_digest(canonical[part]) for part in PARTS}

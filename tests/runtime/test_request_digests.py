@@ -1,0 +1,76 @@
+"""`request_digests` gives the digests `comparable` and `content_digest` give, cache or not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_harness.models.base import Message, ModelRequest, ToolSchema, content_digest
+from pytest_harness.redaction import comparable
+from pytest_harness.runtime.request_digests import PARTS, request_digests
+
+RUN = "run_" + "a" * 32
+OTHER = "run_" + "b" * 32
+TOOLS = (
+    ToolSchema(
+        name="refund",
+        description="Refund an order.",
+        parameters={"type": "object", "properties": {"amount": {"type": "number"}}},
+    ),
+)
+
+
+def request(system: str, messages: list[Message], tools: tuple[ToolSchema, ...] = TOOLS) -> Any:
+    return ModelRequest(
+        task="t",
+        model="m",
+        system=system,
+        messages=tuple(messages),
+        tools=tools,
+        run_id=RUN,
+        turn=0,
+        input="hi",
+    )
+
+
+def expected(req: ModelRequest) -> tuple[str, dict[str, str]]:
+    """The digests as `model.started` always took them: one comparable pass, four encodings."""
+    seen = comparable(req.content())
+    return content_digest(seen), {part: content_digest(seen[part]) for part in PARTS}
+
+
+USER: Message = {"role": "user", "content": "Refund $25 on A-1001."}
+CASES = {
+    "plain": ("You help.", [USER]),
+    "secret in a message": ("You help.", [{"role": "user", "content": "password=hunter22"}]),
+    "id in a message": ("You help.", [{"role": "user", "content": f"see {RUN} and {OTHER}"}]),
+    "id in the prompt": (f"You serve {OTHER}.", [{"role": "user", "content": f"after {RUN}"}]),
+    "secret in the prompt": ("Use the key sk-ant-api03-abcdefghijklmnopqrstu.", [USER]),
+    "no messages": ("You help.", []),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_digests_are_those_of_the_comparable_request(case: str) -> None:
+    system, messages = CASES[case]
+    req = request(system, messages)
+    assert request_digests(req, req.content()) == expected(req)
+    again = request(system, [*messages, {"role": "assistant", "content": f"ok {RUN}"}])
+    assert request_digests(again, again.content()) == expected(again)  # the prompt remembered
+
+
+def test_parts_come_in_the_order_recordings_keep_them() -> None:
+    req = request("You help.", [USER])
+    _, parts = request_digests(req, req.content())
+    assert tuple(parts) == ("system", "tools", "messages")
+
+
+def test_another_prompt_or_schemas_object_is_not_taken_for_a_remembered_one() -> None:
+    first = request("You help.", [USER])
+    request_digests(first, first.content())
+    changed = ToolSchema(name="refund", description="Refund part of an order.", parameters={})
+    for req in (request("You help!", [USER]), request("You help.", [USER], (changed,))):
+        digest, parts = request_digests(req, req.content())
+        assert (digest, parts) == expected(req)
+        assert digest != expected(first)[0]
