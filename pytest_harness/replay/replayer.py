@@ -135,7 +135,8 @@ async def replay(
         recorded_trace = Trace.from_list(redact(recorded_trace.to_list()))
         replayed_trace = Trace.from_list(redact(replayed_trace.to_list()))
     decisions = () if divergence else diff_decisions(recorded_trace, replayed_trace)
-    requests = request_changes(recording.redacted(), replayed.redacted(), tape.requests)
+    shown = _shown(recording)
+    requests = request_changes(shown, replayed.redacted(), tape.requests)
     not_regraded: tuple[str, ...] = ()
     if harness.evals is not None and divergence is None:  # graders in the gate (evals/)
         from pytest_harness.evals.replay import regrade
@@ -145,15 +146,14 @@ async def replay(
         not_regraded = grading.not_regraded
         replayed = replace(replayed, grades=grading.grades)
     output = redact(result.output)
-    recording = recording.redacted()
     replayed = replayed.redacted()
     return ReplayReport(
         task=recording.task,
         run_id=recording.run_id,
         source=None if recording.source is None else str(recording.source),
         status=(recording.status, result.status.value),
-        output=(recording.output, output),
-        output_diff=() if divergence else output_diff(recording.output, output),
+        output=(shown.output, output),
+        output_diff=() if divergence else output_diff(shown.output, output),
         decisions=decisions,
         model_requests_changed=(requests.changed, tape.requests),
         requests_explained=requests.explained,
@@ -162,6 +162,23 @@ async def replay(
         divergence=divergence,
         not_regraded=not_regraded,
         replayed=replace(replayed, run_id=None, source=recording.source),
+    )
+
+
+def _shown(recording: Recording) -> Recording:
+    """The recording with what a report shows of it redacted: output, prompt, tool schemas.
+
+    The rest of it (model answers, whole requests, tool results) is never shown by the report,
+    and the request digests it compares were taken over redacted requests already; a whole
+    `redacted()` copy would only cost the replay time.
+    """
+    return replace(
+        recording,
+        output=redact(recording.output),
+        system=redact(recording.system),
+        tool_schemas=(
+            None if recording.tool_schemas is None else tuple(redact(list(recording.tool_schemas)))
+        ),
     )
 
 
