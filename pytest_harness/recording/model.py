@@ -23,11 +23,26 @@ from pytest_harness.redaction import redact, stable_ids
 from pytest_harness.runtime.trace import Trace
 from pytest_harness.store.base import JournalEntry, RunRecord, Store
 
-__all__ = ["ApprovalDecision", "ModelTurn", "Recording", "ToolResult"]
+__all__ = ["DERIVED_FROM", "ApprovalDecision", "ModelTurn", "Recording", "ToolResult"]
 
 
 REQUEST_PARTS = ("system", "tools", "messages")
 """The parts of a model request, each recorded by its own digest."""
+
+DERIVED_FROM: frozenset[str] = frozenset(
+    {
+        "run.started",
+        "model.started",
+        "model.response",
+        "model.failed",
+        "tool.returned",
+        "tool.failed",
+        "tool.resolved",
+        "checkpoint",
+    }
+)
+"""The journal kinds `Recording.from_journal` reads; a journal of these alone gives the same
+recording (a replay keeps no others of its own run)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, cast
 
 from pytest_harness.errors import ApprovalDenied, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
-from pytest_harness.recording.model import Recording
+from pytest_harness.recording.model import DERIVED_FROM, Recording
 from pytest_harness.redaction import comparable, redact
 from pytest_harness.replay.report import (
     Divergence,
@@ -93,6 +93,7 @@ async def replay(
         tasks={plan.name: twin_plan},
         record=True,
         keep_requests=False,  # the replay's recording is compared and saved by digest only
+        journal_kinds=DERIVED_FROM,  # and its journal keeps what that recording is made of
     )
     divergence: Divergence | None = None
     async with twin:

@@ -70,6 +70,8 @@ class DriveContext:
     renew: bool
     keep_requests: bool = True
     """Keep each recorded model request's content, not only its digest."""
+    journal_kinds: frozenset[str] | None = None
+    """The journal entry kinds a recorded run keeps (None: all of them)."""
     spec_digest: str = ""
     hub: EventHub | None = None
     """Where committed and provisional events are announced to this process's streams."""
@@ -128,7 +130,7 @@ class DriverBase:
             waiting["carried"] = float(waiting.get("carried", 0.0)) + max(
                 0.0, alive - float(waiting["since"])
             )
-        self.journal = Journal(record.record)
+        self.journal = Journal(record.record, kinds=ctx.journal_kinds)
         """The flight recorder's notes for the next commit (none when the run does not record)."""
         if resumed:
             self._note_resume(record.status)

@@ -170,7 +170,7 @@ class Driver(ModelCalls, CallApprovals, ToolCalls):
         self._spend(link, response.usage.input_tokens, response.usage.output_tokens)
         state.steps += 1
         step = state.steps
-        if self.journal.recording:
+        if self.journal.keeps("model.completed"):
             self._note_model("model.completed", link, {"usage": _answer(response)["usage"]})
         calls = [{"name": c.name, "args": dict(c.args)} for c in response.calls]
         detail: dict[str, Any] = {"text": response.text, "calls": calls}

@@ -63,6 +63,7 @@ class HarnessBase:
         tasks: Mapping[str, TaskPlan] | None = None,
         record: bool | None = None,
         keep_requests: bool = True,
+        journal_kinds: frozenset[str] | None = None,
         evals: EndedRuns | None = None,
     ) -> None:
         self.spec = spec
@@ -77,6 +78,7 @@ class HarnessBase:
         self._record_explicit = record is not None
         self._tasks = tasks
         self._keep_requests = keep_requests
+        self._journal_kinds = journal_kinds
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4_hex()[:8]}"
         self._opened = False
         self._closed = False
@@ -301,6 +303,7 @@ class HarnessBase:
                     lease=lease,
                     renew=store.kind != "memory",
                     keep_requests=self._keep_requests,
+                    journal_kinds=self._journal_kinds,
                     spec_digest=self.spec.digest,
                     hub=self._hub,
                     stopping=lambda: self._stopping,

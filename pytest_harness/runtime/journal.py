@@ -79,11 +79,20 @@ def draft(
 
 
 class Journal:
-    """The entries a driver noted since its last commit (nothing when the run does not record)."""
+    """The entries a driver noted since its last commit (nothing when the run does not record).
 
-    def __init__(self, recording: bool) -> None:
+    `kinds` keeps only entries of those kinds (None: every kind); a replay's own journal keeps
+    only what its recording is derived from.
+    """
+
+    def __init__(self, recording: bool, *, kinds: frozenset[str] | None = None) -> None:
         self.recording = recording
+        self.kinds = kinds
         self.pending: list[JournalDraft] = []
+
+    def keeps(self, kind: str) -> bool:
+        """Whether a note of `kind` would be kept (its payload is worth building)."""
+        return self.recording and (self.kinds is None or kind in self.kinds)
 
     def note(
         self,
@@ -95,7 +104,7 @@ class Journal:
         execution_key: str | None = None,
     ) -> None:
         """Queue an entry for the next commit."""
-        if self.recording:
+        if self.recording and (self.kinds is None or kind in self.kinds):
             self.pending.append(
                 draft(kind, payload, step=step, attempt_id=attempt_id, execution_key=execution_key)
             )
@@ -110,8 +119,9 @@ class Journal:
         """
         if not self.recording:
             return []
-        for event in events:
-            self.note("event", {"event": event.kind, "data": dict(event.data)}, step=step)
+        if self.keeps("event"):
+            for event in events:
+                self.note("event", {"event": event.kind, "data": dict(event.data)}, step=step)
         if checkpoint is not None:
             self.note("checkpoint", checkpoint, step=step)
         return list(self.pending)

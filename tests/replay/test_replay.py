@@ -6,7 +6,7 @@ import pytest
 
 import pytest_harness as ph
 from pytest_harness.errors import ArchiveError
-from pytest_harness.recording.model import Recording
+from pytest_harness.recording.model import DERIVED_FROM, Recording
 
 pytestmark = pytest.mark.asyncio
 
@@ -320,3 +320,25 @@ async def test_a_run_whose_model_raised_replays_the_same(app, tmp_path) -> None:
     write(app, SPEC.replace("tools: [lookup_order, refund, delete_account]", "tools: [refund]"))
     report = await replay_file(app, tmp_path / "raised.yaml")
     assert not report.same
+
+
+async def test_a_replay_keeps_only_the_journal_its_recording_is_made_of(app) -> None:
+    write(app)
+    async with ph.load(app.spec) as harness:
+        waiting = await harness.run("orders", "Refund A-1", principal="ann")
+        done = await harness.approve(
+            waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+        )
+        entries = await harness.store.journal(done.run_id)
+        record = await harness.store.get_run(done.run_id)
+        report = await harness.replay(done.run_id)
+    kinds = {e.kind for e in entries}
+    assert kinds > DERIVED_FROM - {"model.failed", "tool.failed"}
+    assert kinds - DERIVED_FROM  # the run kept more: events, processed texts, dispatches
+    kept = [e for e in entries if e.kind in DERIVED_FROM]
+    whole = Recording.from_journal(entries, record=record)
+    assert Recording.from_journal(kept, record=record) == whole
+    assert Recording.from_journal(kept) == Recording.from_journal(entries)  # by checkpoint
+    # the replay's own recording, from a journal of those kinds only, is the recorded one
+    assert report.same, report.render()
+    assert report.replayed.to_dict() == whole.redacted().to_dict()
