@@ -242,15 +242,28 @@ def redact(value: Any) -> Any:
     if kind in _SCALARS:
         return value
     if kind is dict or isinstance(value, Mapping):
-        return {
-            k: (REDACTED if isinstance(k, str) and is_credential_key(k) else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
+        out = {}
+        for k, v in value.items():
+            if isinstance(k, str) and is_credential_key(k):
+                out[k] = REDACTED
+            else:
+                out[k] = _redact_item(v)
+        return out
+    if kind is list or kind is tuple or isinstance(value, list | tuple):
+        return [_redact_item(v) for v in value]
     if isinstance(value, str):  # a subclass (a str Enum): scanned, never cached
         return _redact_scan(value)
     return value
+
+
+def _redact_item(value: Any) -> Any:
+    """`redact` of an item of a container, with the two commonest kinds settled first."""
+    kind = type(value)
+    if kind is str:
+        return _redact_cached(value) if len(value) <= _CACHED_LENGTH else _redact_scan(value)
+    if kind in _SCALARS:
+        return value
+    return redact(value)
 
 
 _SCALARS = frozenset({int, float, bool, type(None)})

@@ -134,7 +134,10 @@ async def replay(
         replayed_trace = Trace.from_list(comparable(replayed_trace.to_list()))
     else:
         recorded_trace = Trace.from_list(redact(recorded_trace.to_list()))
-        replayed_trace = Trace.from_list(redact(replayed_trace.to_list()))
+        if replayed.trace == replayed_trace:  # the same trace, redacted with its recording
+            replayed_trace = replayed.redacted().trace
+        else:
+            replayed_trace = Trace.from_list(redact(replayed_trace.to_list()))
     decisions = () if divergence else diff_decisions(recorded_trace, replayed_trace)
     shown = _shown(recording)
     requests = request_changes(shown, replayed.redacted(), tape.requests)

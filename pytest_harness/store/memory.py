@@ -49,6 +49,10 @@ _cursor_of = itemgetter(0)
 _StoredEvent = tuple[int, str, str, float]
 """`(id, kind, data as JSON, at)`."""
 
+_StoredEntry = tuple[str, str, int, float, str | None, str | None, str]
+"""`(id, kind, step, ts, attempt_id, execution_key, payload as JSON)`: plain values only, so
+the collector need not walk a long-lived journal (nor the drafts' payload objects)."""
+
 
 def _text(value: str) -> str:
     """Return a plain `str` for `value` (a `str` Enum member gives its value, as sqlite does)."""
@@ -106,23 +110,23 @@ class _Run:
         self.recorded = bool(run.record)
         self.events: list[_StoredEvent] = []
         self.approvals: list[_Approval] = []
-        self.journal: list[tuple[JournalDraft, str]] = []
-        """`(draft, payload as JSON)` in `seq` order (`seq` is the index + 1)."""
+        self.journal: list[_StoredEntry] = []
+        """Entries in `seq` order (`seq` is the index + 1)."""
         self.journal_ids: set[str] = set()
 
     def entry(self, seq: int) -> JournalEntry:
-        draft, payload = self.journal[seq - 1]
+        entry_id, kind, step, ts, attempt_id, execution_key, payload = self.journal[seq - 1]
         return JournalEntry(
-            id=draft.id,
+            id=entry_id,
             seq=seq,
             format=JOURNAL_FORMAT,
             session_id=self.session_id,
             run_id=self.run_id,
-            step=draft.step,
-            attempt_id=draft.attempt_id,
-            ts=draft.ts,
-            execution_key=draft.execution_key,
-            kind=draft.kind,
+            step=step,
+            attempt_id=attempt_id,
+            ts=ts,
+            execution_key=execution_key,
+            kind=kind,
             payload=_loads(payload),
         )
 
@@ -148,16 +152,20 @@ class _Run:
         )
 
 
-def _encode_journal(run_id: str, drafts: Sequence[JournalDraft]) -> list[tuple[JournalDraft, str]]:
-    return [(d, encode_json(d.payload, f"the journal of run {run_id}")) for d in drafts]
+def _encode_journal(run_id: str, drafts: Sequence[JournalDraft]) -> list[_StoredEntry]:
+    what = f"the journal of run {run_id}"
+    return [
+        (d.id, d.kind, d.step, d.ts, d.attempt_id, d.execution_key, encode_json(d.payload, what))
+        for d in drafts
+    ]
 
 
-def _append_journal(run: _Run, encoded: list[tuple[JournalDraft, str]]) -> None:
-    for draft, payload in encoded:
-        if draft.id in run.journal_ids:
+def _append_journal(run: _Run, encoded: list[_StoredEntry]) -> None:
+    for entry in encoded:
+        if entry[0] in run.journal_ids:
             continue  # a retried write: this boundary is journaled already
-        run.journal_ids.add(draft.id)
-        run.journal.append((draft, payload))
+        run.journal_ids.add(entry[0])
+        run.journal.append(entry)
 
 
 class _Approval:
