@@ -3,7 +3,7 @@
 `ToolSet.from_spec` imports every tool a spec declares. `Tool.invoke` validates the model's
 arguments against the derived schema and calls the function with them as keyword arguments; a
 problem of the tool's own (bad arguments, an exception, a timeout) comes back as a `ToolOutcome`
-for the model to read, never as an exception into the run loop.
+for the model to read, never as an exception into the run loop (`tools/outcome.py`).
 """
 
 from __future__ import annotations
@@ -12,23 +12,22 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import docstring_parser
 import typing_extensions
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
-from pydantic_core import CoreSchema, ErrorDetails, to_json, to_jsonable_python
+from pydantic_core import CoreSchema, ErrorDetails, to_jsonable_python
 
 from pytest_harness.eager import start
 from pytest_harness.errors import did_you_mean
 from pytest_harness.importing import import_callable
 from pytest_harness.models.base import ToolSchema
-from pytest_harness.tools.artifacts import Artifact, collect_artifacts
 from pytest_harness.tools.context import ToolContext, tool_context
+from pytest_harness.tools.outcome import OutcomeKind, ToolOutcome, _short
 
 if TYPE_CHECKING:
     from pytest_harness.spec.schema import ToolSpec
@@ -43,34 +42,8 @@ __all__ = [
     "ToolSignatureError",
 ]
 
-OutcomeKind = Literal[
-    "ok",
-    "invalid_arguments",
-    "error",
-    "timeout",
-    "deadline",
-    "denied",
-    "declined",
-    "unknown",
-    "resolved",
-    "aborted",
-]
-"""How a tool call ended.
-
-`Tool.invoke` gives `ok`, `invalid_arguments` (the model's arguments did not validate), `error`
-(the tool raised), `timeout` (its own timeout fired) or `deadline` (the run's deadline fired).
-The run loop settles calls it never invokes as `denied` (a rule), `declined` (an approver) or
-`unknown` (no such tool), in the same stored form. A call whose outcome a crash made uncertain
-is settled by `Harness.resolve` as `resolved` (a result someone supplied; `ok` is true) or
-`aborted`.
-"""
-
-_KINDS: frozenset[str] = frozenset(get_args(OutcomeKind))
-_OK_KINDS = frozenset({"ok", "resolved"})
 _ARGUMENTS_CONFIG = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 """Lax validation for LLM JSON (`"250"` → 250, `1001` → `"1001"`); unknown arguments are errors."""
-_MAX_SHOWN = 80
-"""Longest repr of a bad value quoted back to the model."""
 _make_typed_dict: Any = typing_extensions.TypedDict
 """The functional `TypedDict(name, fields)` form, which type checkers reject for computed fields."""
 
@@ -94,112 +67,6 @@ class ToolSignatureError(TypeError):
         self.tool = tool
         self.reason = reason
         super().__init__(f"tool {tool!r}: {reason}")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolOutcome:
-    """What one tool invocation came to: the value, and the text the model reads.
-
-    `ok` calls carry the result's JSON-able form in `value` (strings as they are, anything
-    unserialisable as its `repr`); failed ones carry `error = {"type", "message"}`. `to_dict()`
-    is the form the store keeps and `from_dict()` rebuilds it on resume.
-    """
-
-    ok: bool
-    kind: OutcomeKind
-    value: Any = None
-    text: str
-    error: Mapping[str, str] | None = None
-    artifacts: tuple[Artifact, ...] = field(default=(), compare=False)
-    """Artifacts the call returned or attached (their bytes; never part of `to_dict()`)."""
-
-    @classmethod
-    def success(cls, result: Any) -> ToolOutcome:
-        """Build the outcome of a call that returned `result`.
-
-        Every `Artifact` in the result is replaced by its reference and kept in `artifacts`.
-        """
-        if isinstance(result, str):
-            return cls(ok=True, kind="ok", value=result, text=result)
-        found: list[Artifact] = []
-        result = collect_artifacts(result, found)
-        if found:
-            outcome = cls.success(result)
-            return replace(outcome, artifacts=tuple(found))
-        try:
-            value = _finite(to_jsonable_python(result, fallback=repr))
-            text = to_json(value).decode()
-        except Exception:  # circular references and other unserialisable shapes
-            value = text = repr(result)
-        return cls(ok=True, kind="ok", value=value, text=text)
-
-    @classmethod
-    def resolved(cls, result: Any) -> ToolOutcome:
-        """Build the outcome of an uncertain call settled with `result` by `Harness.resolve`."""
-        outcome = cls.success(result)
-        return cls(ok=True, kind="resolved", value=outcome.value, text=outcome.text)
-
-    @classmethod
-    def failure(cls, kind: OutcomeKind, text: str, *, type: str, message: str) -> ToolOutcome:
-        """Build a failed outcome: `text` for the model, `type` and `message` for the trace."""
-        error = {"type": type, "message": message}
-        return cls(ok=False, kind=kind, value=None, text=text, error=error)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form kept in the store."""
-        return {
-            "ok": self.ok,
-            "kind": self.kind,
-            "value": self.value,
-            "text": self.text,
-            "error": None if self.error is None else dict(self.error),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ToolOutcome:
-        """Rebuild an outcome from `to_dict()`'s form; `ValueError` names what does not fit."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"a tool outcome must be a mapping, got {_short(data)}")
-        kind = data.get("kind")
-        if kind not in _KINDS:
-            raise ValueError(
-                f"tool outcome has kind {kind!r}; expected one of {', '.join(sorted(_KINDS))}"
-            )
-        ok = data.get("ok", kind in _OK_KINDS)
-        if ok is not (kind in _OK_KINDS):
-            raise ValueError(f"tool outcome of kind {kind!r} cannot have ok={ok!r}")
-        text = data.get("text")
-        if not isinstance(text, str):
-            raise ValueError(f"tool outcome text must be a string, got {_short(text)}")
-        error = data.get("error")
-        if error is not None and not (
-            isinstance(error, Mapping)
-            and isinstance(error.get("type"), str)
-            and isinstance(error.get("message"), str)
-        ):
-            raise ValueError(f"tool outcome error must be {{type, message}}, got {_short(error)}")
-        return cls(
-            ok=ok,
-            kind=kind,
-            value=data.get("value"),
-            text=text,
-            error=None if error is None else {"type": error["type"], "message": error["message"]},
-        )
-
-
-def _finite(value: Any) -> Any:
-    """`value` with NaN and infinities as the strings `'nan'`, `'inf'`, `'-inf'`.
-
-    The store keeps strict JSON, which has no such numbers: kept as floats, they would make
-    the commit of the tool's result fail after the tool ran.
-    """
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    if isinstance(value, list):
-        return [_finite(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    return value
 
 
 class _Expired(Exception):
@@ -631,8 +498,3 @@ def _expected(error: ErrorDetails) -> str:
     if message.startswith("Input should be "):
         return "expected " + message.removeprefix("Input should be ")
     return message[:1].lower() + message[1:]
-
-
-def _short(value: object) -> str:
-    shown = repr(value)
-    return shown if len(shown) <= _MAX_SHOWN else shown[: _MAX_SHOWN - 3] + "..."

@@ -1,0 +1,149 @@
+"""What every store implementation shares: the JSON encoding, cursors, errors and checks.
+
+Each helper states one rule of the store contract (`store/base.py`) in code, so the memory,
+sqlite and Postgres stores (and a plugin's) encode, parse and refuse alike. Import them from
+`pytest_harness.store.base`, which re-exports them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from pytest_harness.errors import ResolutionError, StoreError
+
+if TYPE_CHECKING:
+    from pytest_harness.store.base import Sample, StoredArtifact
+
+__all__ = [
+    "CONTROLS",
+    "Control",
+    "already_answered",
+    "artifact_sha256",
+    "check_control",
+    "check_decision",
+    "check_limit",
+    "check_samples",
+    "encode_json",
+    "parse_cursor",
+    "stale_token",
+]
+
+Control = Literal["pause", "cancel"]
+CONTROLS: tuple[Control, ...] = ("pause", "cancel")
+"""The control requests a run can carry; a pending `cancel` is never replaced by a `pause`."""
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False,
+    separators=(",", ":"),
+    allow_nan=False,
+    default=_json_default,
+    check_circular=False,  # a cycle ends in RecursionError, as deep nesting does: both caught
+)
+
+
+def encode_json(value: object, what: str) -> str:
+    """Encode `value` as compact JSON text, the one encoding every store writes.
+
+    Any `Mapping` is written as an object and a tuple as an array. A value JSON cannot hold
+    (circular or nested too deep included) is a `StoreError` naming `what` (for example
+    `"the state of run run_…"`).
+    """
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(
+            f"cannot store {what}: {exc}; keep it to JSON values (objects, arrays, strings, "
+            "finite numbers, booleans and null); nothing was written"
+        ) from exc
+    except RecursionError:
+        raise StoreError(
+            f"cannot store {what}: it is circular or nested too deep for JSON; keep it to "
+            "JSON values (objects, arrays, strings, finite numbers, booleans and null); "
+            "nothing was written"
+        ) from None
+
+
+def parse_cursor(after: str) -> int:
+    """Return the integer in an event cursor; `ValueError` naming it when it is not one."""
+    if isinstance(after, str) and after.isascii() and after.isdigit():
+        return int(after)
+    raise ValueError(
+        f"malformed event cursor {after!r}: a cursor is the decimal string of an event's "
+        'position, as in Event.cursor; pass "0" to read from the start'
+    )
+
+
+def stale_token(run_id: str, token: int, current: int, owner: str | None) -> StoreError:
+    """Build the error for a write fenced by a token that is no longer the current one."""
+    holder = f"by owner {owner!r}" if owner is not None else "by no owner (lease released)"
+    return StoreError(
+        f"stale fencing token (this worker lost the lease): run {run_id} is now held with "
+        f"token {current} {holder}; "
+        f"this worker's token {token} was superseded; nothing was written",
+        stale=True,
+    )
+
+
+def already_answered(
+    run_id: str, approval_id: str, status: str, approver: str | None
+) -> ResolutionError:
+    """Build the error for a second answer to an approval, naming who answered first."""
+    return ResolutionError(
+        f"approval {approval_id} of run {run_id} was already answered: {status} by {approver}"
+    )
+
+
+def check_samples(samples: Sequence[Sample]) -> None:
+    """Raise `StoreError` (nothing written) for a sample whose score no store can keep."""
+    import math
+
+    for sample in samples:
+        score = sample.score
+        number = isinstance(score, int | float) and not isinstance(score, bool)
+        if score is not None and not (number and math.isfinite(score)):
+            raise StoreError(
+                f"cannot store the sample of grader {sample.grader!r} for run {sample.run_id}: "
+                f"its score must be a finite number or None, got {score!r}; nothing was written"
+            )
+
+
+def check_limit(limit: int | None) -> None:
+    """Raise `ValueError` for a negative `limit`."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be zero or more, got {limit}")
+
+
+def artifact_sha256(artifact: StoredArtifact) -> str:
+    """Return the artifact's hash when it matches its bytes, else raise `StoreError`."""
+    import hashlib
+
+    actual = hashlib.sha256(artifact.data).hexdigest()
+    if artifact.sha256 != actual:
+        raise StoreError(
+            f"cannot store artifact {artifact.sha256!r}: its bytes hash to {actual}; "
+            "nothing was written"
+        )
+    return actual
+
+
+def check_control(control: str) -> str:
+    """Return `control` when it is `pause` or `cancel`, else raise `ValueError`."""
+    if control not in CONTROLS:
+        raise ValueError(f"control must be 'pause' or 'cancel', got {control!r}")
+    return control
+
+
+def check_decision(decision: str) -> str:
+    """Return `decision` when it is `approve` or `decline`, else raise `ValueError`."""
+    if decision not in ("approve", "decline"):
+        raise ValueError(f"decision must be 'approve' or 'decline', got {decision!r}")
+    return decision

@@ -1,0 +1,157 @@
+"""`ToolOutcome`: what one tool call came to, in the form the store keeps and a replay reads.
+
+`Tool.invoke` (`tools/registry.py`) returns one for every call; the run loop builds the same
+form for calls it settles without invoking them (denied, declined, unknown, resolved, aborted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, get_args
+
+from pydantic_core import to_json, to_jsonable_python
+
+from pytest_harness.tools.artifacts import Artifact, collect_artifacts
+
+__all__ = ["OutcomeKind", "ToolOutcome"]
+
+OutcomeKind = Literal[
+    "ok",
+    "invalid_arguments",
+    "error",
+    "timeout",
+    "deadline",
+    "denied",
+    "declined",
+    "unknown",
+    "resolved",
+    "aborted",
+]
+"""How a tool call ended.
+
+`Tool.invoke` gives `ok`, `invalid_arguments` (the model's arguments did not validate), `error`
+(the tool raised), `timeout` (its own timeout fired) or `deadline` (the run's deadline fired).
+The run loop settles calls it never invokes as `denied` (a rule), `declined` (an approver) or
+`unknown` (no such tool), in the same stored form. A call whose outcome a crash made uncertain
+is settled by `Harness.resolve` as `resolved` (a result someone supplied; `ok` is true) or
+`aborted`.
+"""
+
+_KINDS: frozenset[str] = frozenset(get_args(OutcomeKind))
+_OK_KINDS = frozenset({"ok", "resolved"})
+
+_MAX_SHOWN = 80
+"""Longest repr of a bad value quoted back to the model."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutcome:
+    """What one tool invocation came to: the value, and the text the model reads.
+
+    `ok` calls carry the result's JSON-able form in `value` (strings as they are, anything
+    unserialisable as its `repr`); failed ones carry `error = {"type", "message"}`. `to_dict()`
+    is the form the store keeps and `from_dict()` rebuilds it on resume.
+    """
+
+    ok: bool
+    kind: OutcomeKind
+    value: Any = None
+    text: str
+    error: Mapping[str, str] | None = None
+    artifacts: tuple[Artifact, ...] = field(default=(), compare=False)
+    """Artifacts the call returned or attached (their bytes; never part of `to_dict()`)."""
+
+    @classmethod
+    def success(cls, result: Any) -> ToolOutcome:
+        """Build the outcome of a call that returned `result`.
+
+        Every `Artifact` in the result is replaced by its reference and kept in `artifacts`.
+        """
+        if isinstance(result, str):
+            return cls(ok=True, kind="ok", value=result, text=result)
+        found: list[Artifact] = []
+        result = collect_artifacts(result, found)
+        if found:
+            outcome = cls.success(result)
+            return replace(outcome, artifacts=tuple(found))
+        try:
+            value = _finite(to_jsonable_python(result, fallback=repr))
+            text = to_json(value).decode()
+        except Exception:  # circular references and other unserialisable shapes
+            value = text = repr(result)
+        return cls(ok=True, kind="ok", value=value, text=text)
+
+    @classmethod
+    def resolved(cls, result: Any) -> ToolOutcome:
+        """Build the outcome of an uncertain call settled with `result` by `Harness.resolve`."""
+        outcome = cls.success(result)
+        return cls(ok=True, kind="resolved", value=outcome.value, text=outcome.text)
+
+    @classmethod
+    def failure(cls, kind: OutcomeKind, text: str, *, type: str, message: str) -> ToolOutcome:
+        """Build a failed outcome: `text` for the model, `type` and `message` for the trace."""
+        error = {"type": type, "message": message}
+        return cls(ok=False, kind=kind, value=None, text=text, error=error)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form kept in the store."""
+        return {
+            "ok": self.ok,
+            "kind": self.kind,
+            "value": self.value,
+            "text": self.text,
+            "error": None if self.error is None else dict(self.error),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolOutcome:
+        """Rebuild an outcome from `to_dict()`'s form; `ValueError` names what does not fit."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a tool outcome must be a mapping, got {_short(data)}")
+        kind = data.get("kind")
+        if kind not in _KINDS:
+            raise ValueError(
+                f"tool outcome has kind {kind!r}; expected one of {', '.join(sorted(_KINDS))}"
+            )
+        ok = data.get("ok", kind in _OK_KINDS)
+        if ok is not (kind in _OK_KINDS):
+            raise ValueError(f"tool outcome of kind {kind!r} cannot have ok={ok!r}")
+        text = data.get("text")
+        if not isinstance(text, str):
+            raise ValueError(f"tool outcome text must be a string, got {_short(text)}")
+        error = data.get("error")
+        if error is not None and not (
+            isinstance(error, Mapping)
+            and isinstance(error.get("type"), str)
+            and isinstance(error.get("message"), str)
+        ):
+            raise ValueError(f"tool outcome error must be {{type, message}}, got {_short(error)}")
+        return cls(
+            ok=ok,
+            kind=kind,
+            value=data.get("value"),
+            text=text,
+            error=None if error is None else {"type": error["type"], "message": error["message"]},
+        )
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinities as the strings `'nan'`, `'inf'`, `'-inf'`.
+
+    The store keeps strict JSON, which has no such numbers: kept as floats, they would make
+    the commit of the tool's result fail after the tool ran.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return value
+
+
+def _short(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= _MAX_SHOWN else shown[: _MAX_SHOWN - 3] + "..."
