@@ -10,6 +10,10 @@ Today's tool contracts apply as in a live run: a recorded call whose arguments t
 rejects gets `invalid_arguments`, a tool no longer in the task gets the live run's `unknown`
 outcome. With `tools="safe"`, tools whose replay policy is `safe` really run and their results
 are compared with the recorded ones (a changed `tool` decision when they differ).
+
+The twin records only what its own recording is derived from (`recording.model.DERIVED_FROM`),
+and, since nothing ever resumes it, commits an attempt's start together with its outcome; the
+report redacts what it shows of the recorded run, and the replay's recording once.
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ async def replay(
         record=True,
         keep_requests=False,  # the replay's recording is compared and saved by digest only
         journal_kinds=DERIVED_FROM,  # and its journal keeps what that recording is made of
+        durable=False,  # nothing resumes it: an attempt's start goes with its outcome
     )
     divergence: Divergence | None = None
     async with twin:

@@ -72,6 +72,9 @@ class DriveContext:
     """Keep each recorded model request's content, not only its digest."""
     journal_kinds: frozenset[str] | None = None
     """The journal entry kinds a recorded run keeps (None: all of them)."""
+    durable: bool = True
+    """Commit a recorded attempt's start before the model is asked. A replay's twin, on a
+    private memory store nothing resumes from, sends it with the attempt's outcome instead."""
     spec_digest: str = ""
     hub: EventHub | None = None
     """Where committed and provisional events are announced to this process's streams."""

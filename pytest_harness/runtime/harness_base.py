@@ -64,6 +64,7 @@ class HarnessBase:
         record: bool | None = None,
         keep_requests: bool = True,
         journal_kinds: frozenset[str] | None = None,
+        durable: bool = True,
         evals: EndedRuns | None = None,
     ) -> None:
         self.spec = spec
@@ -79,6 +80,7 @@ class HarnessBase:
         self._tasks = tasks
         self._keep_requests = keep_requests
         self._journal_kinds = journal_kinds
+        self._durable = durable
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4_hex()[:8]}"
         self._opened = False
         self._closed = False
@@ -304,6 +306,7 @@ class HarnessBase:
                     renew=store.kind != "memory",
                     keep_requests=self._keep_requests,
                     journal_kinds=self._journal_kinds,
+                    durable=self._durable,
                     spec_digest=self.spec.digest,
                     hub=self._hub,
                     stopping=lambda: self._stopping,

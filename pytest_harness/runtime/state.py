@@ -84,7 +84,7 @@ class RunState:
             "phase": self.phase,
             "messages": self.messages,
             "turns": self.turns,
-            "usage": self.usage().to_dict(),
+            "usage": self._usage_dict(),
             "elapsed": self.elapsed,
             "clocks": self.clocks,
             "waiting": self.waiting,
@@ -121,6 +121,21 @@ class RunState:
             limit=data.get("limit"),
             attempt=data.get("attempt"),
         )
+
+    def _usage_dict(self) -> dict[str, Any]:
+        """`self.usage().to_dict()`, without the `Usage` in between (it is built per commit)."""
+        data: dict[str, Any] = {
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "usd": round(self.usd, 10),
+            "steps": self.steps,
+            "tool_calls": self.tool_calls,
+        }
+        if self.usage_incomplete:
+            data["incomplete"] = True
+        if self.truncated:
+            data["truncated"] = self.truncated
+        return data
 
     def usage(self) -> Usage:
         """What the run spent so far."""
