@@ -781,7 +781,7 @@ def ratios(rows: dict[str, Row]) -> dict[str, list[Ratio]]:
     if have("memory", "pydantic-ai"):
         x = rows["memory"].rate / rows["pydantic-ai"].rate
         out["memory"].append(
-            aim_ratio(f"{x:.1f}{TIMES} pydantic-ai runs/s", f"≥ 5{TIMES}", x, 5, True)
+            aim_ratio(f"{x:.1f}{TIMES} pydantic-ai runs/s", f"≥ 20{TIMES}", x, 20, True)
         )
     if have("memory", "lg-memory"):
         x = rows["memory"].rate / rows["lg-memory"].rate
@@ -803,10 +803,11 @@ def ratios(rows: dict[str, Row]) -> dict[str, list[Ratio]]:
     if have("replay", "recorded"):
         x = rows["replay"].per_run / rows["recorded"].per_run
         text = f"{x:.2f}{TIMES} the recorded run's time"
-        out["replay"].append(aim_ratio(text, f"≤ 1{TIMES}", x, 1, False))
+        out["replay"].append(aim_ratio(text, f"≤ 0.8{TIMES}", x, 0.8, False))
     if have("recorded", "memory"):
         x = rows["recorded"].per_run / rows["memory"].per_run
-        out["recorded"].append(Ratio(f"{x:.2f}{TIMES} row 1's time (recording off)"))
+        text = f"{x:.2f}{TIMES} row 1's time (recording off)"
+        out["recorded"].append(aim_ratio(text, f"≤ 1.1{TIMES}", x, 1.1, False))
     if have("plugin-replay", "plugin-floor"):
         x = rows["plugin-replay"].seconds / rows["plugin-floor"].seconds
         text = f"{x:.1f}{TIMES} the floor's wall time"
