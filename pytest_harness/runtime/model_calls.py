@@ -9,8 +9,6 @@ into one answer: each attempt is journaled (`model.started`, `model.response`,
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +17,8 @@ from pytest_harness.models.base import ModelRequest, ModelResponse, content_dige
 from pytest_harness.models.live import live_models_allowed
 from pytest_harness.redaction import comparable
 from pytest_harness.runtime.boundaries import Boundary
-from pytest_harness.runtime.driver_base import DriverBase, _Deadline
+from pytest_harness.runtime.clock import monotonic, new_id, now
+from pytest_harness.runtime.driver_base import AttemptLost, DriverBase, _Deadline
 from pytest_harness.runtime.plan import ModelLink
 from pytest_harness.runtime.retrying import (
     FirstEvent,
@@ -113,7 +112,7 @@ class ModelCalls(DriverBase):
             try:
                 async for attempt in retrying:
                     with attempt:
-                        response = await self._attempt(link)
+                        response = await self._asked(link)
             except ModelError as exc:
                 clock.pop("call_failures", None)
                 last = exc
@@ -128,6 +127,14 @@ class ModelCalls(DriverBase):
         assert last is not None
         tried = ", ".join(link.name for link in self.plan.models)
         raise ModelError(last.kind, f"every model failed (tried {tried}); last error: {last}")
+
+    async def _asked(self, link: ModelLink) -> ModelResponse:
+        """An attempt's answer; an attempt lost with its worker is asked again (not a retry)."""
+        while True:
+            try:
+                return await self._attempt(link)
+            except AttemptLost:
+                continue
 
     async def _attempt(self, link: ModelLink) -> ModelResponse:
         """One model attempt: a new request, a turn, and its answer or error in the record."""
@@ -153,7 +160,7 @@ class ModelCalls(DriverBase):
         try:
             if link.spec.first_event_timeout is None:
                 response: ModelResponse = await self._within_deadline(
-                    link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+                    self._complete(link, request), link.spec.timeout, f"model {link.name}"
                 )
             else:
                 response = await self._timed_attempt(link, request, arrived)
@@ -161,6 +168,10 @@ class ModelCalls(DriverBase):
             self._end_attempt(
                 "model.interrupted", link, {"reason": "the run's deadline passed during the call"}
             )
+            raise
+        except AttemptLost as lost:  # as a worker that stopped during the call leaves it
+            self._end_attempt("model.interrupted", link, {"reason": lost.reason})
+            self._reset = "interrupted"
             raise
         except ModelError as exc:
             state.turns[link.name] = request.turn + 1
@@ -184,6 +195,14 @@ class ModelCalls(DriverBase):
         self._end_attempt("model.response", link, {"answer": _answer(response)})
         return response
 
+    async def _complete(self, link: ModelLink, request: ModelRequest) -> ModelResponse:
+        """Send one attempt's request to the model's provider and return its answer.
+
+        The seam of Temporal execution (`pytest_harness.temporal`): its driver runs the request
+        as an activity instead, and raises `AttemptLost` when that activity's worker is lost.
+        """
+        return await link.provider.complete(request)
+
     async def _timed_attempt(
         self, link: ModelLink, request: ModelRequest, arrived: asyncio.Event
     ) -> ModelResponse:
@@ -203,14 +222,14 @@ class ModelCalls(DriverBase):
         state.waiting = {
             "model": link.name,
             "attempt": request.attempt_id,
-            "since": time.time(),
+            "since": now(),
             "carried": carried,
         }
         await self._commit([], phase=Boundary.MODEL_STARTED)
-        started = time.monotonic()
+        started = monotonic()
         call = asyncio.ensure_future(
             self._within_deadline(
-                link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+                self._complete(link, request), link.spec.timeout, f"model {link.name}"
             )
         )
         outcome = await first_event(call, arrived, limit - carried)
@@ -220,7 +239,7 @@ class ModelCalls(DriverBase):
                 "timeout", first_event_message(link.name, limit, carried), model=link.name
             )
         clock = self._clock(link.name)
-        latency = round(carried + time.monotonic() - started, 6)
+        latency = round(carried + monotonic() - started, 6)
         clock["first_event_last"] = latency
         clock["first_event_slowest"] = max(clock.get("first_event_slowest", 0.0), latency)
         if outcome is FirstEvent.STARTED:  # the reply has started and goes on: say so
@@ -303,7 +322,7 @@ class ModelCalls(DriverBase):
         )
 
     def _request(self, link: ModelLink, arrived: asyncio.Event) -> ModelRequest:
-        attempt_id = f"att_{uuid.uuid4().hex}"
+        attempt_id = f"att_{new_id().hex}"
         run_id = self.record.run_id
         hub = self.ctx.hub
         # Providers stream when given `on_text`. In-process ones (scripted, function) get it

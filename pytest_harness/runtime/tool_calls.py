@@ -8,10 +8,10 @@ turns the outcomes into tool messages through the tool-result guards.
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from pytest_harness.runtime.boundaries import Boundary
+from pytest_harness.runtime.clock import new_id
 from pytest_harness.runtime.driver_base import DriverBase
 from pytest_harness.runtime.guards import apply_guards
 from pytest_harness.runtime.plan import PlanTool
@@ -89,7 +89,7 @@ class ToolCalls(DriverBase):
         previous_attempt_id = call.get("attempt_id")
         call["status"] = "dispatched"
         call["attempt"] += 1
-        call["attempt_id"] = f"att_{uuid.uuid4().hex}"
+        call["attempt_id"] = f"att_{new_id().hex}"
         self.journal.note(
             "tool.dispatched",
             {"name": call["name"], "args": call["args"], "attempt": call["attempt"]},
