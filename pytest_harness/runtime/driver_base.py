@@ -10,7 +10,6 @@ use. The steps themselves live in `runtime.model_calls`, `runtime.approvals`,
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from pytest_harness.errors import StoreError
 from pytest_harness.models.base import Message
 from pytest_harness.plugins import notify_checkpoint
 from pytest_harness.runtime.boundaries import Boundary
+from pytest_harness.runtime.clock import monotonic, now
 from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.guards import GuardContext
 from pytest_harness.runtime.journal import Journal, write_with_retries
@@ -29,7 +29,7 @@ from pytest_harness.runtime.state import RunState, result_from_state
 from pytest_harness.runtime.trace import Decision
 from pytest_harness.store.base import EventDraft, NewApproval, RunRecord, Store
 
-__all__ = ["DriveContext", "DriveStopped", "DriverBase", "ToolHandoff"]
+__all__ = ["AttemptLost", "DriveContext", "DriveStopped", "DriverBase", "ToolHandoff"]
 
 
 class ToolHandoff(Exception):
@@ -42,6 +42,19 @@ class ToolHandoff(Exception):
     def __init__(self, call: Mapping[str, Any]) -> None:
         super().__init__(f"tool call {call.get('key')} ({call.get('name')}) handed off")
         self.call = dict(call)
+
+
+class AttemptLost(Exception):
+    """Raised by a driver's `_complete` when a model attempt was lost with the worker running it.
+
+    The engine counts it as it counts an attempt a stopped worker left unanswered: journaled as
+    `model.interrupted`, followed by an `attempt_reset`, and asked again with a new attempt id
+    (not a retry of the model's `retries`, not a failure).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _Deadline(Exception):
@@ -123,13 +136,13 @@ class DriverBase:
         """What this drive's last journaled request held: message count, system, tools."""
         self._last_attempt: str | None = None
         """The id of the last model attempt that ended (its later entries carry it)."""
-        self._started = time.monotonic()
+        self._started = monotonic()
         self._elapsed0 = self.state.elapsed
         waiting = self.state.waiting
         if waiting is not None and interrupted:
             # An attempt its worker left waiting for a first event: the server had until that
             # worker's last sign of life (its last lease renewal) to start replying.
-            alive = min(time.time(), last_alive if last_alive is not None else waiting["since"])
+            alive = min(now(), last_alive if last_alive is not None else waiting["since"])
             waiting["carried"] = float(waiting.get("carried", 0.0)) + max(
                 0.0, alive - float(waiting["since"])
             )
@@ -335,7 +348,7 @@ class DriverBase:
         }
 
     def _elapsed(self) -> float:
-        return self._elapsed0 + (time.monotonic() - self._started)
+        return self._elapsed0 + (monotonic() - self._started)
 
     def _remaining(self) -> float | None:
         deadline = self.plan.spec.deadline

@@ -15,12 +15,11 @@ and a `checkpoint` entry is written with every commit that leaves the run not `r
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pytest_harness.errors import RecordingError, StoreError
-from pytest_harness.runtime.ids import uuid4_text
+from pytest_harness.runtime import clock
 from pytest_harness.store.base import EventDraft, JournalDraft
 
 __all__ = ["KINDS", "Journal", "write_with_retries"]
@@ -68,10 +67,10 @@ def draft(
     """A new journal entry with a fresh UUID and the current time."""
     assert kind in KINDS, kind
     return JournalDraft(
-        id=uuid4_text(),
+        id=clock.id_text(),
         kind=kind,
         step=step,
-        ts=time.time(),
+        ts=clock.now(),
         payload=dict(payload),
         attempt_id=attempt_id,
         execution_key=execution_key,

@@ -9,7 +9,6 @@ into one answer: each attempt is journaled (`model.started`, `model.response`,
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +17,8 @@ from pytest_harness.errors import LiveModelBlocked, ModelError
 from pytest_harness.models.base import ModelRequest, ModelResponse
 from pytest_harness.models.live import live_models_allowed
 from pytest_harness.runtime.boundaries import Boundary
-from pytest_harness.runtime.driver_base import DriverBase, _Deadline
-from pytest_harness.runtime.ids import uuid4_hex
+from pytest_harness.runtime.clock import id_hex, monotonic, now
+from pytest_harness.runtime.driver_base import AttemptLost, DriverBase, _Deadline
 from pytest_harness.runtime.plan import ModelLink
 from pytest_harness.runtime.request_digests import PARTS, request_digests
 from pytest_harness.runtime.retrying import (
@@ -120,11 +119,19 @@ class ModelCalls(DriverBase):
         while True:
             number += 1
             try:
-                return await self._attempt(link)
+                return await self._asked(link)
             except ModelError as exc:
                 if not exc.retryable or retry_clock.stop(number, exc):
                     raise
                 await self._retry_sleep(clock, retry_clock.wait(number, exc))
+
+    async def _asked(self, link: ModelLink) -> ModelResponse:
+        """An attempt's answer; an attempt lost with its worker is asked again (not a retry)."""
+        while True:
+            try:
+                return await self._attempt(link)
+            except AttemptLost:
+                continue
 
     async def _attempt(self, link: ModelLink) -> ModelResponse:
         """One model attempt: a new request, a turn, and its answer or error in the record."""
@@ -150,7 +157,7 @@ class ModelCalls(DriverBase):
         try:
             if link.spec.first_event_timeout is None:
                 response: ModelResponse = await self._within_deadline(
-                    link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+                    self._complete(link, request), link.spec.timeout, f"model {link.name}"
                 )
             else:
                 response = await self._timed_attempt(link, request, arrived)
@@ -158,6 +165,10 @@ class ModelCalls(DriverBase):
             self._end_attempt(
                 "model.interrupted", link, {"reason": "the run's deadline passed during the call"}
             )
+            raise
+        except AttemptLost as lost:  # as a worker that stopped during the call leaves it
+            self._end_attempt("model.interrupted", link, {"reason": lost.reason})
+            self._reset = "interrupted"
             raise
         except ModelError as exc:
             state.turns[link.name] = request.turn + 1
@@ -182,6 +193,14 @@ class ModelCalls(DriverBase):
         self._end_attempt("model.response", link, answer)
         return response
 
+    async def _complete(self, link: ModelLink, request: ModelRequest) -> ModelResponse:
+        """Send one attempt's request to the model's provider and return its answer.
+
+        The seam of Temporal execution (`pytest_harness.temporal`): its driver runs the request
+        as an activity instead, and raises `AttemptLost` when that activity's worker is lost.
+        """
+        return await link.provider.complete(request)
+
     async def _timed_attempt(
         self, link: ModelLink, request: ModelRequest, arrived: asyncio.Event
     ) -> ModelResponse:
@@ -201,14 +220,14 @@ class ModelCalls(DriverBase):
         state.waiting = {
             "model": link.name,
             "attempt": request.attempt_id,
-            "since": time.time(),
+            "since": now(),
             "carried": carried,
         }
         await self._commit([], phase=Boundary.MODEL_STARTED)
-        started = time.monotonic()
+        started = monotonic()
         call = asyncio.ensure_future(
             self._within_deadline(
-                link.provider.complete(request), link.spec.timeout, f"model {link.name}"
+                self._complete(link, request), link.spec.timeout, f"model {link.name}"
             )
         )
         outcome = await first_event(call, arrived, limit - carried)
@@ -218,7 +237,7 @@ class ModelCalls(DriverBase):
                 "timeout", first_event_message(link.name, limit, carried), model=link.name
             )
         clock = self._clock(link.name)
-        latency = round(carried + time.monotonic() - started, 6)
+        latency = round(carried + monotonic() - started, 6)
         clock["first_event_last"] = latency
         clock["first_event_slowest"] = max(clock.get("first_event_slowest", 0.0), latency)
         if outcome is FirstEvent.STARTED:  # the reply has started and goes on: say so
@@ -303,7 +322,7 @@ class ModelCalls(DriverBase):
         )
 
     def _request(self, link: ModelLink, arrived: asyncio.Event) -> ModelRequest:
-        attempt_id = f"att_{uuid4_hex()}"
+        attempt_id = f"att_{id_hex()}"
         run_id = self.record.run_id
         hub = self.ctx.hub
         # Providers stream when given `on_text`. In-process ones (scripted, function) get it

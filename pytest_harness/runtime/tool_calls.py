@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytest_harness.runtime.boundaries import Boundary
+from pytest_harness.runtime.clock import id_hex
 from pytest_harness.runtime.driver_base import DriverBase
 from pytest_harness.runtime.guards import apply_guards
-from pytest_harness.runtime.ids import uuid4_hex
 from pytest_harness.runtime.plan import PlanTool
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.trace import Decision
@@ -89,7 +89,7 @@ class ToolCalls(DriverBase):
         previous_attempt_id = call.get("attempt_id")
         call["status"] = "dispatched"
         call["attempt"] += 1
-        call["attempt_id"] = f"att_{uuid4_hex()}"
+        call["attempt_id"] = f"att_{id_hex()}"
         self.journal.note(
             "tool.dispatched",
             {"name": call["name"], "args": call["args"], "attempt": call["attempt"]},

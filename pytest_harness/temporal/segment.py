@@ -1,22 +1,26 @@
-"""One stretch of a run's loop, driven inside an activity from the state the workflow holds.
+"""One stretch of a run's loop, driven inside the `HarnessRun` workflow from the state it holds.
 
-The workflow keeps the run (its record, state and approval requests) and asks an activity to
-drive it with the built-in engine (`runtime.engine.Driver`) from that state until the next
-boundary the workflow must act on: a tool call to dispatch (`ToolHandoff`: the call becomes its
-own activity), a suspension, or the end. The engine's commits go to `_Capture`, which keeps
-them for the workflow instead of writing a store, so the decision logic (rules, guards, budgets,
-CEL, approvals, recovery of interrupted calls) is exactly the local one.
+The workflow keeps the run (its record, state and approval requests) and drives it with the
+built-in engine (`runtime.engine.Driver`) from that state until the next boundary it must act
+on: a tool call to dispatch (`ToolHandoff`: the call becomes its own activity), a suspension,
+or the end. Each model attempt is sent to `ask` (the workflow runs it as the `harness_model`
+activity) through the engine's `_complete` seam, so the engine's own retries, fallbacks,
+budgets and accounting are the ones used. The engine's commits go to `_Capture`, which keeps
+them for the workflow instead of writing a store, so the decision logic (rules, guards,
+budgets, CEL, approvals, recovery of interrupted calls) is exactly the local one. Nothing here
+does I/O: the workflow binds the engine's clock and ids to its own deterministic ones
+(`runtime.clock.using`), and a tool's artifacts are written by the tool activity.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from pytest_harness.models.base import Message
+from pytest_harness.models.base import Message, ModelRequest, ModelResponse
 from pytest_harness.runtime.engine import DriveContext, Driver, ToolHandoff
-from pytest_harness.runtime.plan import PlanTool, TaskPlan
+from pytest_harness.runtime.plan import ModelLink, PlanTool, TaskPlan
 from pytest_harness.runtime.results import RunStatus
 from pytest_harness.store.base import (
     JOURNAL_FORMAT,
@@ -28,9 +32,16 @@ from pytest_harness.store.base import (
     Store,
     StoredArtifact,
 )
-from pytest_harness.tools.artifacts import Artifact
+from pytest_harness.temporal.answers import ProviderFailed, named_error, response_of
+from pytest_harness.tools.artifacts import Artifact, artifact_uri
 from pytest_harness.tools.context import ToolContext
 from pytest_harness.tools.registry import ToolOutcome
+
+Ask = Callable[[ModelLink, ModelRequest, "Mapping[str, float] | None"], Awaitable[dict[str, Any]]]
+"""Runs one model attempt elsewhere: `(link, request, first_event)` to the activity's answer
+(`answers.answer_of`, plus `deltas` and `first_event` seconds); raises `AttemptLost` when the
+attempt was lost with its worker. `first_event` is `{limit, carried}` for a model with a
+`first_event_timeout`: the activity holds the provider to it."""
 
 __all__ = ["approval_rows", "drive_segment", "journal_dict", "record_of"]
 
@@ -38,24 +49,22 @@ __all__ = ["approval_rows", "drive_segment", "journal_dict", "record_of"]
 class _Capture:
     """Stands for the store in a driver: keeps each commit for the workflow.
 
-    Artifacts (bytes a tool produced) go to the worker's own store (`state:`): Temporal keeps
-    only their references, in the journal.
+    Artifacts (bytes a tool produced) were written by the tool activity to the worker's own
+    store (`state:`); Temporal keeps only their references, in the journal.
     """
 
     kind = "temporal"
 
-    def __init__(self, control: str | None, artifacts: Store | None) -> None:
+    def __init__(self, control: str | None) -> None:
         self.control = control
         self.status: str | None = None
         self.state: Mapping[str, Any] | None = None
         self.events: list[dict[str, Any]] = []
         self.approvals: list[NewApproval] = []
         self.journal: list[dict[str, Any]] = []
-        self._artifacts = artifacts
 
     async def put_artifact(self, artifact: StoredArtifact) -> None:
-        if self._artifacts is not None:
-            await self._artifacts.put_artifact(artifact)
+        """Nothing to write: the tool activity has written it."""
 
     async def commit(
         self,
@@ -81,12 +90,27 @@ class _Capture:
         return self.control
 
 
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """An artifact the tool activity wrote: its reference, without its bytes."""
+
+    sha256: str
+    media_type: str
+    name: str | None
+    data: bytes = b""
+
+    @property
+    def uri(self) -> str:
+        return artifact_uri(self.sha256)
+
+
 class _Segment(Driver):
-    """A driver that hands each dispatched tool call back to the workflow."""
+    """A driver that hands tool calls back to the workflow and model attempts to `ask`."""
 
     given: tuple[str, ToolOutcome] | None = None
     held: str | None = None
     """A pause or cancel that waits until the handed-off call's outcome is in (it settled)."""
+    ask: Ask | None = None
 
     async def _call_tool(
         self, tool: PlanTool, call: dict[str, Any], context: ToolContext
@@ -96,6 +120,31 @@ class _Segment(Driver):
             cast(_Capture, self.ctx.store).control = self.held
             return outcome
         raise ToolHandoff(call)
+
+    async def _complete(self, link: ModelLink, request: ModelRequest) -> ModelResponse:
+        if self.ask is None:
+            return await super()._complete(link, request)
+        first: dict[str, float] | None = None
+        limit = link.spec.first_event_timeout
+        if limit is not None:
+            waiting = self.state.waiting or {}
+            first = {"limit": float(limit), "carried": float(waiting.get("carried", 0.0))}
+            if request.on_first_event is not None:
+                request.on_first_event()  # the activity holds the provider to the limit
+        answer = await self.ask(link, request, first)
+        if request.on_text is not None:
+            for piece in answer.get("deltas") or ():
+                request.on_text(piece)  # committed with the next boundary, as locally
+        if first is not None and answer.get("first_event") is not None:
+            clock = self._clock(link.name)
+            clock["first_event_last"] = round(first["carried"] + answer["first_event"], 6)
+            clock["first_event_slowest"] = max(
+                clock.get("first_event_slowest", 0.0), clock["first_event_last"]
+            )
+        try:
+            return response_of(answer)
+        except ProviderFailed as failed:  # failed as locally, under the provider's class name
+            raise named_error(failed.kind, str(failed)) from None
 
 
 def journal_dict(entry: JournalDraft) -> dict[str, Any]:
@@ -178,7 +227,7 @@ async def drive_segment(
     *,
     spec_digest: str,
     history: list[Message],
-    artifacts: Store | None = None,
+    ask: Ask | None = None,
 ) -> dict[str, Any]:
     """Drive the run from `snapshot` as `op` says; return what the workflow must apply.
 
@@ -186,10 +235,11 @@ async def drive_segment(
     result, with `interrupted` the last tool attempt was lost), `decide` (bring answered
     approvals in, then go on), `resolve` (`key`, `how`, `value`, `by`), `control` (act on a
     pending pause or cancel). The answer has the new `status`, `state`, `events`, `approvals`
-    (new requests), `control` and, when a call must run, `handoff`.
+    (new requests), `control` and, when a call must run, `handoff`. `ask` runs each model
+    attempt (None: the provider is called here).
     """
     record_ = record_of(snapshot)
-    capture = _Capture(snapshot.get("control"), artifacts)
+    capture = _Capture(snapshot.get("control"))
     ctx = DriveContext(
         store=cast(Store, capture),
         owner="temporal",
@@ -204,6 +254,7 @@ async def drive_segment(
     # step that goes on from a handed-off call's outcome is the same drive)
     resumed = interrupted or kind != "drive" or status is RunStatus.PAUSED
     driver = _Segment(ctx, plan, record_, 1, interrupted=interrupted, resumed=resumed)
+    driver.ask = ask
     given = op.get("outcome")
     handoff: dict[str, Any] | None = None
     if given is not None:
@@ -213,8 +264,13 @@ async def drive_segment(
         call["attempt"] -= 1
         driver.state.elapsed += float(given.get("seconds") or 0.0)
         outcome = ToolOutcome.from_dict(given["outcome"])
-        kept = await _artifacts(artifacts, given.get("artifacts") or ())
-        driver.given = (given["key"], replace(outcome, artifacts=kept))
+        written = [
+            _Written(a["sha256"], a["media_type"], a.get("name"))
+            for a in given.get("artifacts") or ()
+        ]
+        if written:
+            outcome = replace(outcome, artifacts=cast(tuple[Artifact, ...], tuple(written)))
+        driver.given = (given["key"], outcome)
         driver.held, driver.control, capture.control = capture.control, None, None
     if status in (RunStatus.AWAITING_APPROVAL, RunStatus.PAUSED):
         # answers given while the run waited or was paused (as `Harness._continue` does)
@@ -271,16 +327,6 @@ async def drive_segment(
         "journal": journal,
         "handoff": handoff,
     }
-
-
-async def _artifacts(store: Store | None, hashes: Sequence[str]) -> tuple[Artifact, ...]:
-    """The artifacts a tool activity kept in the `state:` store (those this worker can read)."""
-    found = []
-    for sha in hashes:
-        stored = None if store is None else await store.artifact(sha)
-        if stored is not None:
-            found.append(Artifact(stored.data, stored.media_type, stored.name))
-    return tuple(found)
 
 
 def _one_dispatch(

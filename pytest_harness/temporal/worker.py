@@ -1,8 +1,9 @@
 """`Worker`: hosts one spec's `HarnessRun` workflows and activities on a Temporal task queue.
 
-It is identified as `<name>@<spec digest>`. A run started for another digest ends `failed`
-with an error naming both (a non-retryable activity failure), unless the digest is accepted
-(`accept=`, the CLI's `--accept DIGEST`).
+It is identified as `<name>@<spec digest>`, and registers its plans in `hosted`, where the
+workflow's run loop finds them. A run started for another digest ends `failed` with an error
+naming both (`SpecDigestMismatch`, never retried), unless the digest is accepted (`accept=`,
+the CLI's `--accept DIGEST`).
 """
 
 from __future__ import annotations
@@ -23,21 +24,32 @@ from temporalio.worker import Worker as _TemporalWorker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.workflow import NondeterminismError
 
+import pytest_harness.temporal.hosted as hosted
+from pytest_harness.errors import ModelError
 from pytest_harness.evals.online import OnlineEvals
 from pytest_harness.runtime.harness import Harness
 from pytest_harness.runtime.principal import Principal
+from pytest_harness.runtime.retrying import FirstEvent, first_event, first_event_message
 from pytest_harness.store.base import StoredArtifact
+from pytest_harness.temporal.answers import answer_of, request_of
 from pytest_harness.temporal.client import connect
 from pytest_harness.temporal.records import result_of
-from pytest_harness.temporal.segment import drive_segment
 from pytest_harness.temporal.workflow import HarnessRun
 from pytest_harness.tools.context import ToolContext
 
 __all__ = ["Worker"]
 
-_PASSTHROUGH = ("pytest_harness", "pydantic", "pydantic_core", "cel", "yaml", "jsonschema")
-"""Modules the workflow sandbox imports once, outside it (the workflow reads none of their
-state that changes; the run loop itself runs in activities)."""
+_PASSTHROUGH = (
+    "pytest_harness",
+    "pydantic",
+    "pydantic_core",
+    "cel",
+    "yaml",
+    "jsonschema",
+)
+"""Modules the workflow sandbox imports once, outside it: the run loop runs in the workflow on
+these, deterministically (its clock and ids are the workflow's, its plan is built once per
+worker process and never changed by a workflow, and it does no I/O)."""
 
 
 @contextlib.asynccontextmanager
@@ -59,13 +71,24 @@ async def _heartbeating(every: float) -> AsyncIterator[None]:
 
 
 class _Activities:
-    """The activities of one spec: `harness_step` (the loop) and `harness_tool` (one call)."""
+    """The activities of one spec: `harness_model` (an attempt), `harness_tool` (a call)."""
 
     def __init__(self, harness: Harness, accept: Iterable[str]) -> None:
         self.harness = harness
-        self.accept = frozenset(accept)
+        self.accept = tuple(accept)
         self.digest = harness.spec.digest
         self.lease = harness.spec.document.state.lease
+
+    def host(self) -> None:
+        """Register the spec where the workflow finds its plans."""
+        spec = self.harness.spec
+        hosted.host(
+            self.harness.plans,
+            name=spec.document.name,
+            digest=self.digest,
+            path=str(spec.path),
+            accept=self.accept,
+        )
 
     def _check(self, conf: Mapping[str, Any], task: str) -> None:
         wanted = str(conf.get("spec_digest") or "")
@@ -85,20 +108,61 @@ class _Activities:
                 non_retryable=True,
             )
 
-    @activity.defn(name="harness_step")
-    async def step(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Drive the run from the workflow's snapshot to its next boundary."""
-        snapshot, conf = payload["snapshot"], payload["conf"]
-        self._check(conf, snapshot["task"])
+    @activity.defn(name="harness_model")
+    async def model(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """One model attempt: the provider asked once, heartbeating; its answer or error.
+
+        Text the provider streams is returned as `deltas`; with `first_event` (`limit`,
+        `carried`) the provider is held to its first-event timeout here, and `first_event`
+        in the answer says when the reply started.
+        """
+        wanted = payload["request"]
+        self._check(payload["conf"], wanted["task"])
+        plan = self.harness.plans.tasks[wanted["task"]]
+        link = next(link for link in plan.models if link.name == wanted["model"])
+        deltas: list[str] = []
+        arrived = asyncio.Event()
+        started = time.monotonic()
+        seen: list[float] = []
+
+        def on_first_event() -> None:
+            if not seen:
+                seen.append(time.monotonic() - started)
+            arrived.set()
+
+        def on_text(piece: str) -> None:
+            if piece:
+                deltas.append(piece)
+                on_first_event()
+
+        request = request_of(
+            plan,
+            wanted,
+            on_text=None if link.provider.live else on_text,
+            on_first_event=on_first_event,
+        )
+        first = payload.get("first_event")
+        outcome: Any
         async with _heartbeating(self.lease / 3):
-            return await drive_segment(
-                self.harness.plans.tasks[snapshot["task"]],
-                snapshot,
-                payload["op"],
-                spec_digest=str(conf["spec_digest"]),
-                history=list(conf.get("history") or ()),
-                artifacts=self.harness.store,
-            )
+            call = asyncio.ensure_future(link.provider.complete(request))
+            try:
+                if first is not None:
+                    left = float(first["limit"]) - float(first["carried"])
+                    if await first_event(call, arrived, left) is FirstEvent.NONE:
+                        message = first_event_message(
+                            link.name, float(first["limit"]), float(first["carried"])
+                        )
+                        raise ModelError("timeout", message, model=link.name)
+                outcome = await call
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            except Exception as exc:  # the engine decides what a failed attempt means
+                outcome = exc
+        answer = answer_of(outcome)
+        answer["deltas"] = deltas
+        answer["first_event"] = seen[0] if seen else time.monotonic() - started
+        return answer
 
     @activity.defn(name="harness_grade")
     async def grade(self, payload: dict[str, Any]) -> int:
@@ -135,10 +199,7 @@ class _Activities:
                 asyncio.run,
                 tool.invoke(call["args"], context, overall_timeout=remaining),
             )
-        kept = []
-        if payload.get("record", True):
-            # the bytes go to the worker's `state:` store, never into Temporal's history; the
-            # step that takes the outcome journals their references (as a local run does)
+        if payload.get("record"):  # the journal refers to them; the worker's store keeps them
             for artifact in outcome.artifacts:
                 await self.harness.store.put_artifact(
                     StoredArtifact(
@@ -148,11 +209,13 @@ class _Activities:
                         name=artifact.name,
                     )
                 )
-                kept.append(artifact.sha256)
         return {
             "outcome": outcome.to_dict(),
             "seconds": time.monotonic() - started,
-            "artifacts": kept,
+            "artifacts": [
+                {"sha256": a.sha256, "media_type": a.media_type, "name": a.name}
+                for a in outcome.artifacts
+            ],
         }
 
 
@@ -178,6 +241,7 @@ class Worker:
         execution = self.harness.spec.document.execution
         client = await connect(self.harness.spec)
         acts = _Activities(self.harness, self.accept)
+        acts.host()
         runner = SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*_PASSTHROUGH)
         )
@@ -185,7 +249,7 @@ class Worker:
             client,
             task_queue=execution.task_queue,
             workflows=[HarnessRun],
-            activities=[acts.step, acts.tool, acts.grade],
+            activities=[acts.model, acts.tool, acts.grade],
             workflow_runner=runner,
             identity=f"{self.identity} pid {os.getpid()}",
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),

@@ -1,37 +1,67 @@
-"""The `HarnessRun` workflow: one run of a task, its state held in the workflow (DESIGN §14).
+"""The `HarnessRun` workflow: one run of a task, its state and its run loop in the workflow.
 
-The workflow code is deterministic: it keeps the run's snapshot (record, state, approval
-requests, events) and decides which activity comes next. `harness_step` drives the run's loop
-(models, rules, guards, budgets) from the snapshot to the next boundary; `harness_tool` runs
-one tool call, its activity id being the call's execution key, heartbeating, with the tool's
-replay policy as its retry policy. Approvals, resolutions, pauses and cancels are updates and
-updates; a refused approval is rejected by the update's validator and never reaches history.
+The workflow keeps the run's snapshot (record, state, approval requests, events) and runs the
+built-in engine on it (`segment.drive_segment`: models, rules, guards, budgets, CEL) from the
+snapshot to the next boundary, in the workflow itself: deterministic, its clock and ids bound
+to the workflow's (`runtime.clock.using`), the plan read from the worker's registry of hosted
+specs (`hosted`) by the run's spec digest. Every model attempt is a `harness_model` activity
+(tried once: the engine owns model retries and fallbacks; an attempt lost with its worker comes
+back as a lost attempt the engine asks again). Every tool call is a `harness_tool` activity,
+its id being the call's execution key, heartbeating, with the tool's replay policy as its retry
+policy. Approvals, resolutions, pauses and cancels are updates; a refused approval is rejected
+by the update's validator and never reaches history.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     import pytest_harness.temporal.checks as checks
+    import pytest_harness.temporal.hosted as hosted
+    import pytest_harness.temporal.segment as segment
+    from pytest_harness.models.base import ModelRequest
+    from pytest_harness.runtime import clock
+    from pytest_harness.runtime.driver_base import AttemptLost
+    from pytest_harness.runtime.plan import ModelLink
     from pytest_harness.store.base import JOURNAL_FORMAT
+    from pytest_harness.temporal.answers import named_error, request_payload
 
 __all__ = ["HarnessRun"]
 
 _WAITING = ("awaiting_approval", "awaiting_resolution", "paused")
 _ENDED = ("completed", "failed", "refused", "limited", "cancelled")
-_STEP_RETRY = RetryPolicy(
-    maximum_attempts=5,
-    initial_interval=timedelta(milliseconds=200),
-    non_retryable_error_types=list(checks.FATAL),
-)
+_ONCE = RetryPolicy(maximum_attempts=1)
 _SAFE_ATTEMPTS = 5
 """How often a `safe` or `idempotent` call is tried before the run fails."""
+
+
+class _WorkflowClock:
+    """The engine's clock and ids inside the workflow: the workflow's, replayed identically."""
+
+    def now(self) -> float:
+        return workflow.now().timestamp()
+
+    def monotonic(self) -> float:
+        return workflow.time()
+
+    def new_id(self) -> uuid.UUID:
+        return workflow.uuid4()
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Take a cancelled attempt's outcome, which nobody awaits any more."""
+    if not task.cancelled():
+        task.exception()
 
 
 @workflow.defn(name="HarnessRun")
@@ -92,19 +122,21 @@ class HarnessRun:
 
     async def _step(self, op: dict[str, Any]) -> None:
         """Drive from the snapshot as `op` says, running each handed-off tool call."""
+        try:
+            plan = hosted.plan_for(self.conf, self.snap["task"])
+        except hosted.NotHosted as exc:
+            self._fail_with(exc.kind, str(exc))
+            return
         while True:
-            try:
-                answer = await workflow.execute_activity(
-                    "harness_step",
-                    {"snapshot": self._bare(), "op": op, "conf": self.conf},
-                    result_type=dict,
-                    start_to_close_timeout=timedelta(hours=1),
-                    heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
-                    retry_policy=_STEP_RETRY,
+            with clock.using(_WorkflowClock()):
+                answer = await segment.drive_segment(
+                    plan,
+                    copy.deepcopy(self._bare()),
+                    op,
+                    spec_digest=str(self.conf["spec_digest"]),
+                    history=copy.deepcopy(list(self.conf.get("history") or ())),
+                    ask=self._ask,
                 )
-            except ActivityError as exc:
-                self._fail(exc)
-                return
             self._apply(answer)
             handoff = answer.get("handoff")
             if handoff is None:
@@ -113,6 +145,50 @@ class HarnessRun:
             if next_op is None:
                 return
             op = next_op
+
+    async def _ask(
+        self, link: ModelLink, request: ModelRequest, first: Mapping[str, float] | None
+    ) -> dict[str, Any]:
+        """Run one model attempt as the `harness_model` activity; its answer.
+
+        Tried once (the engine retries and falls back itself); an attempt lost with its worker
+        (heartbeat or start-to-close timeout, a worker that shut down) raises `AttemptLost`; a
+        failure of the activity itself (another spec digest) ends the run `failed` with its type.
+        The model's `timeout` and the run's deadline are the engine's own timers here, which
+        cancel the activity.
+        """
+        timeout = link.spec.timeout
+        close = timeout + 30.0 if timeout is not None else 24 * 3600.0
+        handle = workflow.start_activity(
+            "harness_model",
+            {
+                "request": request_payload(request),
+                "first_event": None if first is None else dict(first),
+                "conf": self.conf,
+            },
+            result_type=dict,
+            start_to_close_timeout=timedelta(seconds=close),
+            heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
+            retry_policy=_ONCE,
+        )
+        try:
+            answer: dict[str, Any] = await asyncio.shield(handle)
+        except asyncio.CancelledError:  # the engine's timer (model timeout, deadline) fired
+            handle.cancel()
+            handle.add_done_callback(_retrieved)
+            raise
+        except ActivityError as exc:
+            cause = exc.cause
+            if isinstance(cause, TimeoutError):
+                what = cause.type.name.lower().replace("_", "-") if cause.type else "a"
+                raise AttemptLost(
+                    f"the worker running the call was lost ({what} timeout)"
+                ) from None
+            if isinstance(cause, ApplicationError):  # a wrong spec digest, a bug: the run fails
+                raise named_error(cause.type or "Error", cause.message) from None
+            # cancelled by its worker shutting down: the attempt is lost with it
+            raise AttemptLost(f"the call's worker stopped without an answer ({cause})") from None
+        return answer
 
     async def _tool(self, handoff: dict[str, Any]) -> dict[str, Any] | None:
         """Run one tool call as an activity; the next step's operation (None: the run failed)."""
@@ -181,12 +257,16 @@ class HarnessRun:
                 journal.append({**entry, "seq": len(journal) + 1})
 
     def _fail(self, exc: ActivityError) -> None:
-        """End the run `failed` with the activity's error (a wrong spec digest, a lost step)."""
+        """End the run `failed` with the activity's error (a wrong spec digest, a lost call)."""
         cause = exc.cause if exc.cause is not None else exc
         kind = cause.type if isinstance(cause, ApplicationError) and cause.type else "Error"
+        self._fail_with(kind, str(getattr(cause, "message", cause)))
+
+    def _fail_with(self, kind: str, message: str) -> None:
+        """End the run `failed` with an error of type `kind`."""
         state = dict(self.snap["state"])
         state["phase"] = "ended"
-        state["error"] = {"type": kind, "message": str(getattr(cause, "message", cause))}
+        state["error"] = {"type": kind, "message": message}
         self.snap["state"] = state
         self.snap["status"] = "failed"
         event = {"type": "run_result", "data": {"status": "failed"}}

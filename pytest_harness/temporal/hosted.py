@@ -1,0 +1,61 @@
+"""The specs this worker process hosts, by digest: where the `HarnessRun` workflow finds its plan.
+
+A `Worker` registers its loaded spec here (`host`) before it polls: under its own digest and
+under every digest it accepts. The workflow runs the run loop itself, so it reads the task's
+plan from this registry (a module passed through the workflow sandbox, built once per process,
+never changed by a workflow) by the spec digest its run was started with. A digest that is not
+hosted ends the run `failed` with `NotHosted`'s kind and words, naming both digests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pytest_harness.runtime.plan import Plans, TaskPlan
+
+__all__ = ["NotHosted", "host", "plan_for"]
+
+
+class NotHosted(Exception):
+    """The run's spec digest or task is not hosted here; `kind` is the failure's type."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class _Hosted:
+    def __init__(self, name: str, digest: str, path: str, plans: Plans) -> None:
+        self.name = name
+        self.digest = digest
+        self.path = path
+        self.plans = plans
+
+
+_HOSTED: dict[str, _Hosted] = {}
+
+
+def host(plans: Plans, *, name: str, digest: str, path: str, accept: Iterable[str] = ()) -> None:
+    """Host the spec of `plans` (`name@digest`, loaded from `path`) and the digests it accepts."""
+    hosted = _Hosted(name, digest, path, plans)
+    for each in (digest, *accept):
+        _HOSTED[each] = hosted
+
+
+def plan_for(conf: Mapping[str, Any], task: str) -> TaskPlan:
+    """The plan of `task` for a run started with `conf` (its `spec_digest`); else `NotHosted`."""
+    wanted = str(conf.get("spec_digest") or "")
+    hosted = _HOSTED.get(wanted)
+    if hosted is None:
+        here = sorted({(h.name, h.digest, h.path) for h in _HOSTED.values()})
+        name = here[0][0] if here else "?"
+        hosts = ", ".join(f"{n}@{d} ({p})" for n, d, p in here) or "no spec"
+        raise NotHosted(
+            "SpecDigestMismatch",
+            f"this run was started for spec {name}@{wanted}, but the worker hosts {hosts}; "
+            f"start a worker on that spec, or this one with --accept {wanted}",
+        )
+    if task not in hosted.plans.tasks:
+        raise NotHosted("UnknownTask", f"the worker's spec {hosted.path} has no task {task!r}")
+    return hosted.plans.tasks[task]
