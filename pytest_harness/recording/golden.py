@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording.model import ApprovalDecision, ModelTurn, Recording, ToolResult
@@ -139,17 +139,20 @@ class _File(_Strict):
 
 
 def read_recording(path: Path) -> Recording:
-    """Load a golden file; `ArchiveError` naming the file (and line) when it is malformed."""
-    from pytest_harness.spec.loader import validate_yaml
-    from pytest_harness.spec.yamlio import read_yaml
+    """Load a golden file; `ArchiveError` naming the file (and line) when it is malformed.
 
+    A current-format file that is plain YAML (what `write_recording` writes) is read on the
+    fast path, without line tracking; any other file, and any file that fails validation,
+    is read again with lines (`_read_strict`), which migrates it or names the problem's line.
+    """
+    from pytest_harness.spec.yamlio import display_path, read_text
+
+    file = display_path(path)
     try:
-        doc = read_yaml(path, max_bytes=MAX_BYTES)
-        data = doc.data
-        if not isinstance(data, dict):
-            raise doc.error("a recording file is a mapping starting with `format:`", ())
-        _check_format(data, doc.error)
-        parsed = validate_yaml(_File, doc)
+        text = read_text(path, file=file, max_bytes=MAX_BYTES)
+        parsed = _read_fast(text)
+        if parsed is None:
+            parsed = _read_strict(text, file)
     except SpecError as exc:
         raise ArchiveError(f"bad recording file {exc}") from None
     outcome = parsed.outcome
@@ -186,6 +189,35 @@ def read_recording(path: Path) -> Recording:
         grades=tuple(g.model_dump() for g in parsed.grades),
         source=path,
     )
+
+
+_CURRENT = f"{FORMAT}@{VERSION}"
+
+
+def _read_fast(text: str) -> _File | None:
+    """The file's content when it is plain YAML in the current format and valid; else None."""
+    from pytest_harness.spec.yamlio import NOT_PLAIN, plain_yaml
+
+    data = plain_yaml(text, max_bytes=MAX_BYTES)
+    if data is NOT_PLAIN or not isinstance(data, dict) or data.get("format") != _CURRENT:
+        return None
+    try:
+        return _File.model_validate(data)
+    except ValidationError:
+        return None
+
+
+def _read_strict(text: str, file: str) -> _File:
+    """The file's content, read with the line of every key: a `SpecError` names the line."""
+    from pytest_harness.spec.loader import validate_yaml
+    from pytest_harness.spec.yamlio import parse_yaml
+
+    doc = parse_yaml(text, file=file, max_bytes=MAX_BYTES)
+    data = doc.data
+    if not isinstance(data, dict):
+        raise doc.error("a recording file is a mapping starting with `format:`", ())
+    _check_format(data, doc.error)
+    return validate_yaml(_File, doc)
 
 
 def _turn(turn: _Turn) -> ModelTurn:
