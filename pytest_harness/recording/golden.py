@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording.model import ApprovalDecision, ModelTurn, Recording, ToolResult
 from pytest_harness.runtime.results import RunStatus
-from pytest_harness.runtime.trace import Trace
+from pytest_harness.runtime.trace import Decision, Trace
 
 __all__ = ["FORMAT", "VERSION", "dump_recording", "read_recording", "write_recording"]
 
@@ -185,7 +185,9 @@ def read_recording(path: Path) -> Recording:
         error=outcome.error,
         limit=outcome.limit,
         usage=outcome.usage,
-        trace=Trace.from_list([d.model_dump() for d in parsed.trace]),
+        trace=Trace(
+            [Decision(step=d.step, kind=d.kind, key=d.key, detail=d.detail) for d in parsed.trace]
+        ),
         grades=tuple(g.model_dump() for g in parsed.grades),
         source=path,
     )
