@@ -29,10 +29,19 @@ they hold on any machine. Rows:
    process. Install them with `pip install -e '.[bench]'` and run this script with that
    environment's python; without them these rows are skipped with a note.
 8. Replay: runs recorded on the memory store, then each replayed once in the same process.
-9. The pytest plugin, in fresh processes: `pytest -q --replay-recordings` over `--runs` golden
-   files recorded from the bench app, next to the same pytest running `--runs` trivial
-   parametrized tests (the floor); and pytest's start-up on one trivial test with the plugin
-   installed minus with `-p no:harness` (best of 7 alternating processes each, per repeat).
+9. The pytest plugin, in fresh processes: `pytest -q --replay-recordings` over N golden files
+   recorded from the bench app, next to the same pytest running N trivial parametrized tests
+   (the floor), for each N of `--gate-sizes` (default 1,000 and 10,000; `--quick`: 200): the
+   aim is ≤ 2 times the floor's wall time at every N (linear: the same ratio at 10,000 as at 1,000).
+   Up to 1,000 distinct runs are recorded; a larger N repeats them as more files (each file is
+   read and replayed on its own: nothing is shared between files). And pytest's start-up tax
+   of the installed plugin: the CPU time (user + system, from the OS) of a fresh pytest on one
+   trivial test with the plugin minus with `-p no:harness`, over 15 alternating pairs of
+   processes (each pair in the other order than the last), the median of the 15 differences:
+   CPU time does not count the waits of a busy machine, and a median of paired differences is
+   not pushed below zero by one unlucky process as a difference of two minima is. Beside it,
+   the plugin's own import time inside such a process (`-X importtime`, the `pytest_harness`
+   modules), the part of the tax that does not depend on what the session does.
 
 10. Durable execution, the row 1 task again: on the Postgres store (`$BENCH_POSTGRES`, default
    `postgresql://postgres@127.0.0.1:5432/test`, a throwaway schema per repeat, dropped after
@@ -52,6 +61,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -114,6 +124,7 @@ class Config:
     peer_runs: int
     repeat: int
     work: Path
+    gate_sizes: tuple[int, ...] = (1000, 10_000)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -126,6 +137,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="runs per repeat of the peer frameworks (default: runs / 5, at least 50)",
     )
+    parser.add_argument(
+        "--gate-sizes",
+        default=None,
+        help="golden files per row-9 replay gate, comma-separated (default 1000,10000; "
+        "--quick: 200)",
+    )
     parser.add_argument("--quick", action="store_true", help="200 runs, 3 repeats")
     return parser.parse_args(argv)
 
@@ -134,9 +151,16 @@ def make_config(args: argparse.Namespace, work: Path) -> Config:
     runs = args.runs or (200 if args.quick else 1000)
     repeat = args.repeat or (3 if args.quick else 5)
     peer_runs = args.peer_runs or max(50, runs // 5)
-    if min(runs, repeat, peer_runs) < 1:
-        raise SystemExit("--runs, --repeat and --peer-runs must be at least 1")
-    return Config(runs=runs, peer_runs=peer_runs, repeat=repeat, work=work)
+    sizes_text = args.gate_sizes or ("200" if args.quick else "1000,10000")
+    try:
+        gate_sizes = tuple(sorted({int(n) for n in sizes_text.split(",") if n.strip()}))
+    except ValueError:
+        raise SystemExit(
+            f"--gate-sizes takes numbers separated by commas, got {sizes_text!r}"
+        ) from None
+    if min(runs, repeat, peer_runs, *gate_sizes) < 1:
+        raise SystemExit("--runs, --repeat, --peer-runs and --gate-sizes must be at least 1")
+    return Config(runs=runs, peer_runs=peer_runs, repeat=repeat, work=work, gate_sizes=gate_sizes)
 
 
 # -- results ----------------------------------------------------------------------------------
@@ -380,6 +404,11 @@ def test_trivial(i):
 """
 
 
+DISTINCT_GOLDENS = 1000
+"""The most distinct runs row 9 records; a larger gate repeats them as more files."""
+STARTUP_PAIRS = 15
+
+
 async def record_goldens(spec: Path, folder: Path, count: int) -> None:
     """Record `count` runs of the bench task as golden files in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -388,55 +417,103 @@ async def record_goldens(spec: Path, folder: Path, count: int) -> None:
             result = await harness.run(TASK, INPUT, principal=PRINCIPAL)
             check_result(result)
             recording = await ph.Recording.from_store(harness.store, result.run_id)
-            recording.save(folder / f"run-{i:04d}.yaml")
+            recording.save(folder / f"run-{i:05d}.yaml")
+
+
+def gate_folder(recorded: Path, folder: Path, count: int) -> Path:
+    """`folder` holding `count` golden files: the recorded ones, repeated as new names."""
+    sources = sorted(recorded.iterdir())
+    folder.mkdir(parents=True)
+    for i in range(count):
+        shutil.copyfile(sources[i % len(sources)], folder / f"run-{i:05d}.yaml")
+    return folder
 
 
 def pytest_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", *PYTEST_FLAGS, *args]
 
 
-def startup_overhead(
+def cpu(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> float:
+    """CPU seconds (user + system) of one subprocess; a failure stops the benchmark."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall(argv, cwd=cwd, env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def startup_tax(
     with_plugin: Sequence[str], without: Sequence[str], cwd: Path, env: dict[str, str]
 ) -> float:
-    """Best of 7 processes with the plugin minus best of 7 without, run alternately."""
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for _ in range(7):
-        times[True].append(wall(with_plugin, cwd=cwd, env=env)[0])
-        times[False].append(wall(without, cwd=cwd, env=env)[0])
-    return min(times[True]) - min(times[False])
+    """The median over alternating pairs of (CPU with the plugin) - (CPU without it)."""
+    differences = []
+    for i in range(STARTUP_PAIRS):
+        if i % 2:
+            without_s, with_s = cpu(without, cwd, env), cpu(with_plugin, cwd, env)
+        else:
+            with_s, without_s = cpu(with_plugin, cwd, env), cpu(without, cwd, env)
+        differences.append(with_s - without_s)
+    return statistics.median(differences)
+
+
+def plugin_import_time(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> float:
+    """Seconds of `pytest_harness` imports in one pytest process (`-X importtime`, self times)."""
+    command = [argv[0], "-X", "importtime", *argv[1:]]
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
+    total_us = 0
+    for line in done.stderr.splitlines():
+        parts = line.split("|")
+        named = len(parts) == 3 and parts[2].strip().startswith("pytest_harness")
+        if line.startswith("import time:") and named:
+            total_us += int(parts[0].split(":")[1])
+    return total_us / 1_000_000
 
 
 def measure_plugin(cfg: Config, app: Path) -> list[Row]:
-    """Row 9: `pytest --replay-recordings`, its floor, and the plugin's start-up cost."""
+    """Row 9: `pytest --replay-recordings` and its floor at each gate size; the start-up tax."""
     folder = cfg.work / "plugin"
     folder.mkdir()
     (folder / "pytest.ini").write_text("[pytest]\n")  # its own rootdir, not the project's ini
-    (folder / "test_floor.py").write_text(FLOOR_TESTS.format(count=cfg.runs))
     (folder / "test_one.py").write_text("def test_one():\n    pass\n")
     spec = write_spec(app, "plugin", {"use": "memory"})
-    progress(f"pytest plugin: recording {cfg.runs:,} golden files")
-    asyncio.run(record_goldens(spec, folder / "recordings", cfg.runs))
+    distinct = min(max(cfg.gate_sizes), DISTINCT_GOLDENS)
+    progress(f"pytest plugin: recording {distinct:,} golden files")
+    recorded = cfg.work / "recorded"
+    asyncio.run(record_goldens(spec, recorded, distinct))
     env = fresh_env()
-    replay = pytest_argv("--replay-recordings", "recordings", f"--harness-spec={spec}")
-    floor = pytest_argv("test_floor.py")
+    rows: list[Row] = []
+    for size in cfg.gate_sizes:
+        gate_folder(recorded, folder / f"recordings-{size}", size)
+        (folder / f"test_floor_{size}.py").write_text(FLOOR_TESTS.format(count=size))
+        replay = pytest_argv("--replay-recordings", f"recordings-{size}", f"--harness-spec={spec}")
+        floor = pytest_argv(f"test_floor_{size}.py")
+        for argv in (replay, floor):  # warm-up: bytecode caches
+            wall(argv, cwd=folder, env=env)
+        progress(f"pytest plugin: {cfg.repeat} {TIMES} replay and floor processes, {size:,}")
+        pair = [
+            Row(f"plugin-replay-{size}", f"pytest --replay-recordings, {size:,} recordings"),
+            Row(f"plugin-floor-{size}", f"floor: pytest, {size:,} trivial parametrized tests"),
+        ]
+        for row in pair:
+            row.runs, row.repeat = size, cfg.repeat
+        for _ in range(cfg.repeat):
+            pair[0].samples.append(wall(replay, cwd=folder, env=env)[0])
+            pair[1].samples.append(wall(floor, cwd=folder, env=env)[0])
+        rows += pair
     with_plugin = pytest_argv("test_one.py")
     without = pytest_argv("test_one.py", "-p", "no:harness")
-    for argv in (replay, floor, with_plugin, without):  # warm-up: bytecode caches
+    for argv in (with_plugin, without):
         wall(argv, cwd=folder, env=env)
-    progress(f"pytest plugin: {cfg.repeat} {TIMES} replay and floor processes, start-up")
-    rows = [
-        Row("plugin-replay", f"pytest --replay-recordings, {cfg.runs:,} recordings"),
-        Row("plugin-floor", f"floor: pytest, {cfg.runs:,} trivial parametrized tests"),
-        Row("plugin-startup", "pytest start-up: plugin installed minus -p no:harness"),
-    ]
-    rows[0].runs = rows[1].runs = cfg.runs
-    for row in rows:
+    progress(f"pytest plugin: start-up, {cfg.repeat} {TIMES} {STARTUP_PAIRS} pairs of processes")
+    startup = Row("plugin-startup", "pytest start-up: plugin installed minus -p no:harness (CPU)")
+    imports = Row("plugin-imports", "of which the plugin's imports (-X importtime)")
+    for row in (startup, imports):
         row.repeat = cfg.repeat
     for _ in range(cfg.repeat):
-        rows[0].samples.append(wall(replay, cwd=folder, env=env)[0])
-        rows[1].samples.append(wall(floor, cwd=folder, env=env)[0])
-        rows[2].samples.append(startup_overhead(with_plugin, without, folder, env))
-    return rows
+        startup.samples.append(startup_tax(with_plugin, without, folder, env))
+        imports.samples.append(plugin_import_time(with_plugin, folder, env))
+    return [*rows, startup, imports]
 
 
 # -- counting what one run writes -------------------------------------------------------------
@@ -808,13 +885,23 @@ def ratios(rows: dict[str, Row]) -> dict[str, list[Ratio]]:
         x = rows["recorded"].per_run / rows["memory"].per_run
         text = f"{x:.2f}{TIMES} row 1's time (recording off)"
         out["recorded"].append(aim_ratio(text, f"≤ 1.1{TIMES}", x, 1.1, False))
-    if have("plugin-replay", "plugin-floor"):
-        x = rows["plugin-replay"].seconds / rows["plugin-floor"].seconds
+    gates = sorted(
+        int(key.rsplit("-", 1)[1])
+        for key in rows
+        if key.startswith("plugin-replay-") and have(key, f"plugin-floor-{key.rsplit('-', 1)[1]}")
+    )
+    for size in gates:
+        x = rows[f"plugin-replay-{size}"].seconds / rows[f"plugin-floor-{size}"].seconds
         text = f"{x:.1f}{TIMES} the floor's wall time"
-        out["plugin-replay"].append(aim_ratio(text, f"≤ 2{TIMES}", x, 2, False))
+        out[f"plugin-replay-{size}"].append(aim_ratio(text, f"≤ 2{TIMES}", x, 2, False))
+    if len(gates) > 1:
+        small, large = rows[f"plugin-replay-{gates[0]}"], rows[f"plugin-replay-{gates[-1]}"]
+        x = large.per_run / small.per_run
+        text = f"{x:.2f}{TIMES} the time per recording at {gates[0]:,} (linear: 1{TIMES})"
+        out[f"plugin-replay-{gates[-1]}"].append(Ratio(text))
     if have("plugin-startup"):
         ms = rows["plugin-startup"].seconds * 1000
-        text = f"{ms:.1f} ms added to pytest's start-up"
+        text = f"{ms:.1f} ms of CPU added to pytest's start-up"
         out["plugin-startup"].append(aim_ratio(text, "< 20 ms", ms, 20, False))
     if have("import-load"):
         ms = rows["import-load"].seconds * 1000
@@ -922,9 +1009,8 @@ NUMBERS = {
     "lg-resume": "7",
     "recorded": "8",
     "replay": "8",
-    "plugin-replay": "9",
-    "plugin-floor": "9",
     "plugin-startup": "9",
+    "plugin-imports": "9",
     "postgres": "10",
     "temporal": "10",
 }
@@ -953,10 +1039,12 @@ def footnotes(tx: Transactions, lg_commits: int | None) -> list[str]:
         "Replay (row 8): each run recorded on the memory store (timed as the first row 8), then "
         "replayed once in the same process: no tool runs, no model is called.",
         "Row 9 runs fresh pytest processes (-q, no cache provider, sequential) in a folder with "
-        "its own ini: the replay row loads the bench spec once and replays each golden file as "
-        "one test item; the floor is the same pytest with one trivial parametrized test; "
-        "start-up is the best of 7 processes on one trivial test, with the plugin minus "
-        "without it.",
+        "its own ini: the replay rows load the bench spec once and replay each golden file as "
+        f"one test item (at most {DISTINCT_GOLDENS:,} distinct recorded runs, repeated as more "
+        "files for a larger gate); the floor is the same pytest with one trivial parametrized "
+        "test; start-up is the median, over "
+        f"{STARTUP_PAIRS} alternating pairs of processes on one trivial test, of the CPU time "
+        "with the plugin minus without it.",
         "Row 10 runs row 1's task on the Postgres store (local server, a schema per repeat) and "
         "on Temporal (a dev server on SQLite started here, one worker process; memory store; "
         "every run a workflow with its step and tool activities), fewer runs per repeat.",
@@ -974,7 +1062,8 @@ def render(cfg: Config, rows: list[Row], tx: Transactions, lg_commits: int | Non
     for name, justify in COLUMNS:
         table.add_column(name, justify=justify)
     for row in rows:
-        table.add_row(*table_row(NUMBERS.get(row.key, ""), row, compared[row.key]))
+        number = "9" if row.key.startswith("plugin-") else NUMBERS.get(row.key, "")
+        table.add_row(*table_row(number, row, compared[row.key]))
     out.print(table)
     for i, note in enumerate(footnotes(tx, lg_commits), 1):
         out.print(f"[dim]{i}. {note}[/dim]")

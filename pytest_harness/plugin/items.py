@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Coroutine, Iterator
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -66,12 +67,17 @@ class ReplaySession:
         return found
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` on the session's event loop."""
+        """Run `coro` on the session's event loop.
+
+        Straight on the runner's loop: `asyncio.Runner.run` would read and set the SIGINT
+        handler around every replay, a millisecond each. A Ctrl-C raises
+        `KeyboardInterrupt` out of the loop instead, and `close` cancels what it left.
+        """
         if self._runner is None:
             import asyncio
 
             self._runner = asyncio.Runner()
-        return self._runner.run(coro)
+        return self._runner.get_loop().run_until_complete(coro)
 
     def close(self) -> None:
         """Close every loaded harness and the event loop."""
@@ -110,7 +116,7 @@ class RecordingItem(pytest.Item):
         self._harness: Harness | None = None
         self._settings: Settings = self.config.stash[SETTINGS]
 
-    @property
+    @cached_property
     def shown(self) -> str:
         """The file as messages name it (relative to the rootdir)."""
         return self._settings.show(self.path)

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.runtime.results import RunStatus
-from pytest_harness.runtime.trace import Trace
+from pytest_harness.runtime.trace import Decision, Trace
 
 if TYPE_CHECKING:
     from pytest_harness.recording.model import Recording
@@ -145,17 +145,19 @@ def recording_fields(path: Path) -> dict[str, Any]:
     """A golden file's `Recording` fields (`Recording.load` makes the recording).
 
     `ArchiveError` naming the file (and line) when it is malformed.
-    """
-    from pytest_harness.spec.loader import validate_yaml
-    from pytest_harness.spec.yamlio import read_yaml
 
+    A current-format file that is plain YAML (what `write_recording` writes) is read on the
+    fast path, without line tracking; any other file, and any file that fails validation,
+    is read again with lines (`_read_strict`), which migrates it or names the problem's line.
+    """
+    from pytest_harness.spec.yamlio import display_path, read_text
+
+    file = display_path(path)
     try:
-        doc = read_yaml(path, max_bytes=MAX_BYTES)
-        data = doc.data
-        if not isinstance(data, dict):
-            raise doc.error("a recording file is a mapping starting with `format:`", ())
-        _check_format(data, doc.error)
-        parsed = validate_yaml(_File, doc)
+        text = read_text(path, file=file, max_bytes=MAX_BYTES)
+        parsed = _read_fast(text)
+        if parsed is None:
+            parsed = _read_strict(text, file)
     except SpecError as exc:
         raise ArchiveError(f"bad recording file {exc}") from None
     outcome = parsed.outcome
@@ -188,10 +190,41 @@ def recording_fields(path: Path) -> dict[str, Any]:
         error=outcome.error,
         limit=outcome.limit,
         usage=outcome.usage,
-        trace=Trace.from_list([d.model_dump() for d in parsed.trace]),
+        trace=Trace(
+            [Decision(step=d.step, kind=d.kind, key=d.key, detail=d.detail) for d in parsed.trace]
+        ),
         grades=tuple(g.model_dump() for g in parsed.grades),
         source=path,
     )
+
+
+_CURRENT = f"{FORMAT}@{VERSION}"
+
+
+def _read_fast(text: str) -> _File | None:
+    """The file's content when it is plain YAML in the current format and valid; else None."""
+    from pytest_harness.spec.yamlio import NOT_PLAIN, plain_yaml
+
+    data = plain_yaml(text, max_bytes=MAX_BYTES)
+    if data is NOT_PLAIN or not isinstance(data, dict) or data.get("format") != _CURRENT:
+        return None
+    try:
+        return _File.model_validate(data)
+    except ValidationError:
+        return None
+
+
+def _read_strict(text: str, file: str) -> _File:
+    """The file's content, read with the line of every key: a `SpecError` names the line."""
+    from pytest_harness.spec.loader import validate_yaml
+    from pytest_harness.spec.yamlio import parse_yaml
+
+    doc = parse_yaml(text, file=file, max_bytes=MAX_BYTES)
+    data = doc.data
+    if not isinstance(data, dict):
+        raise doc.error("a recording file is a mapping starting with `format:`", ())
+    _check_format(data, doc.error)
+    return validate_yaml(_File, doc)
 
 
 def _turn(turn: _Turn) -> ModelTurn:

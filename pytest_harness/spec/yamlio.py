@@ -14,6 +14,13 @@ Every problem is a `SpecError` with the file and line. Nothing here knows about
 
 Mapping keys are always strings: a plain scalar key keeps its text as written, so `on:` is the
 key `"on"` (not `True`) and `1:` is `"1"`. Merge keys (`<<: *defaults`) work as in PyYAML.
+
+`plain_yaml` is the fast path for files read in bulk (golden recordings): it builds the values
+straight from libyaml's events, keeping no lines, and answers only for plain documents: no
+anchor, alias, tag, merge key, duplicate key or non-string key, nested at most `MAX_DEPTH`
+deep and within the size cap. For those it returns exactly what `parse_yaml` builds; for any
+other text (or any error) it returns `NOT_PLAIN`, and the caller parses the text again with
+`parse_yaml`, which builds what the document means or raises the error with its line.
 """
 
 from __future__ import annotations
@@ -26,6 +33,14 @@ from typing import Any
 
 import yaml
 from yaml.constructor import SafeConstructor
+from yaml.events import (
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from pytest_harness.errors import SpecError
@@ -35,9 +50,12 @@ __all__ = [
     "MAX_ALIAS_NODES",
     "MAX_BYTES",
     "MAX_DEPTH",
+    "NOT_PLAIN",
     "YamlDoc",
     "display_path",
     "parse_yaml",
+    "plain_yaml",
+    "read_text",
     "read_yaml",
 ]
 
@@ -80,11 +98,17 @@ class YamlDoc:
 
 def display_path(path: str | Path) -> str:
     """How a file is named in messages: relative to the current directory when inside it."""
-    absolute = Path(os.path.abspath(path))
+    absolute = os.path.abspath(path)  # string work: golden files are named in bulk
     try:
-        return str(absolute.relative_to(Path.cwd()))
-    except (ValueError, OSError):
-        return str(absolute)
+        here = os.getcwd()
+    except OSError:
+        return absolute
+    if absolute == here:
+        return "."
+    inside = here if here.endswith(os.sep) else here + os.sep
+    if not absolute.startswith(inside) or absolute.startswith(os.sep, len(inside)):
+        return absolute  # outside (or POSIX's `//x`, which pathlib keeps apart from `/`)
+    return absolute[len(inside) :]
 
 
 def read_yaml(path: Path, *, display: str | None = None, max_bytes: int = MAX_BYTES) -> YamlDoc:
@@ -95,6 +119,13 @@ def read_yaml(path: Path, *, display: str | None = None, max_bytes: int = MAX_BY
     or a socket is refused before anything is read from it.
     """
     file = display if display is not None else display_path(path)
+    return parse_yaml(
+        read_text(path, file=file, max_bytes=max_bytes), file=file, max_bytes=max_bytes
+    )
+
+
+def read_text(path: Path, *, file: str, max_bytes: int = MAX_BYTES) -> str:
+    """The text of the YAML file at `path`, as `read_yaml` reads it (`file` names it in errors)."""
     try:
         kind = os.stat(path).st_mode
         if not stat.S_ISREG(kind) and not stat.S_ISDIR(kind):
@@ -118,7 +149,7 @@ def read_yaml(path: Path, *, display: str | None = None, max_bytes: int = MAX_BY
     except OSError as exc:
         raise SpecError(f"cannot read the file: {exc.strerror or exc}: {path}", file=file) from None
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise SpecError(
@@ -126,7 +157,6 @@ def read_yaml(path: Path, *, display: str | None = None, max_bytes: int = MAX_BY
             file=file,
             line=line,
         ) from None
-    return parse_yaml(text, file=file, max_bytes=max_bytes)
 
 
 def _file_kind(mode: int) -> str:
@@ -259,8 +289,9 @@ class _Builder:
             return self.constructor.construct_object(node)
         except yaml.MarkedYAMLError as exc:
             raise self.error(f"invalid value: {exc.problem}", node, path) from None
-        except (ValueError, OverflowError) as exc:  # e.g. a timestamp like 2001-13-45
-            raise self.error(f"invalid {node.value!r}: {exc}", node, path) from None
+        except (ValueError, OverflowError, IndexError) as exc:  # 2001-13-45, `!!int` of ""
+            reason = str(exc) if not isinstance(exc, IndexError) else f"not a {node.tag}"
+            raise self.error(f"invalid {node.value!r}: {reason}", node, path) from None
 
     def _key(self, node: Node, path: KeyPath) -> str:
         if not isinstance(node, ScalarNode):
@@ -310,3 +341,144 @@ class _Builder:
             for p, line in merged_lines.items():
                 if len(p) > len(path) and p[len(path)] in fresh:
                     self.lines[p] = line
+
+
+# -- the fast path: plain documents, no lines ------------------------------------------------
+
+NOT_PLAIN: Any = object()
+"""What `plain_yaml` returns for a text it leaves to `parse_yaml`."""
+
+_PLAIN_TAGS = frozenset(
+    {
+        "tag:yaml.org,2002:null",
+        "tag:yaml.org,2002:bool",
+        "tag:yaml.org,2002:int",
+        "tag:yaml.org,2002:float",
+        "tag:yaml.org,2002:timestamp",
+    }
+)
+"""The implicit scalar tags `plain_yaml` builds (the others make `parse_yaml` refuse)."""
+
+
+class _NotPlain(Exception):
+    """The document needs `parse_yaml`: an anchor, a tag, a duplicate key, an error, ..."""
+
+
+def plain_yaml(text: str, *, max_bytes: int = MAX_BYTES) -> Any:
+    """The value of a plain YAML document, as `parse_yaml` builds it, or `NOT_PLAIN`.
+
+    Plain: one document (or none) without anchors, aliases, tags, merge keys, duplicate or
+    non-string keys, at most `MAX_DEPTH` deep, building at most `max_bytes` as `parse_yaml`
+    counts them. Whatever else the text holds, even a syntax error, is `NOT_PLAIN`: the
+    caller then calls `parse_yaml`, which answers for it (or raises with the line).
+    """
+    loader = _Loader(text)
+    try:
+        try:
+            return _PlainBuilder(loader, max_bytes).document()
+        except Exception:  # the slow path says what it is, with the line
+            return NOT_PLAIN
+    finally:
+        loader.dispose()
+
+
+class _PlainBuilder:
+    """Values straight from a loader's events (see `plain_yaml`); `_NotPlain` to give up.
+
+    Written for speed: scalars, by far the most common event, are read inline in the loops.
+    """
+
+    def __init__(self, loader: Any, max_bytes: int) -> None:
+        self.loader = loader
+        self.next = loader.get_event
+        self.max_bytes = max_bytes
+        self.produced = 0
+        """Bytes built so far, counted as `parse_yaml` counts them. Checked once, at the end:
+        without aliases the document is at most a small multiple of the text, itself capped."""
+        self.resolvers: dict[str | None, list[tuple[str, Any]]] = loader.yaml_implicit_resolvers
+        self.wildcard: list[tuple[str, Any]] = self.resolvers.get(None, [])
+        self.constructors: dict[str, Any] = loader.yaml_constructors
+        self.string_keys: set[str] = set()
+        """Plain keys already found to be strings (a file repeats its keys)."""
+
+    def document(self) -> Any:
+        """Read the stream's one document, as `parse_yaml` would build it."""
+        self.next()  # StreamStart
+        if isinstance(self.next(), StreamEndEvent):
+            return None
+        data = self.value(self.next(), 0)
+        self.next()  # DocumentEnd
+        if not isinstance(self.next(), StreamEndEvent):
+            raise _NotPlain("more than one document")
+        if self.produced > self.max_bytes:
+            raise _NotPlain("over the size cap")
+        return data
+
+    def value(self, event: Any, depth: int) -> Any:
+        """The value of the node that starts with `event`, `depth` collections down."""
+        if event.anchor is not None or event.tag is not None:
+            raise _NotPlain("an anchor or a tag")
+        kind = type(event)
+        if kind is ScalarEvent:
+            return self.scalar(event)
+        self.produced += 1
+        if depth >= MAX_DEPTH:
+            raise _NotPlain("nested too deep")
+        depth += 1
+        get = self.next
+        if kind is SequenceStartEvent:
+            items: list[Any] = []
+            while True:
+                event = get()
+                kind = type(event)
+                if kind is SequenceEndEvent:
+                    return items
+                if kind is ScalarEvent and event.tag is None and event.anchor is None:
+                    items.append(self.scalar(event))
+                else:
+                    items.append(self.value(event, depth))
+        if kind is MappingStartEvent:
+            mapping: dict[str, Any] = {}
+            while True:
+                event = get()
+                kind = type(event)
+                if kind is MappingEndEvent:
+                    return mapping
+                if kind is not ScalarEvent or event.anchor is not None or event.tag is not None:
+                    raise _NotPlain("a key that is not a plain string")
+                key: str = event.value
+                if event.implicit[0] and key not in self.string_keys:
+                    if self.tag(key) is not None:
+                        raise _NotPlain("a key that is not a string (`on`, `1`, `<<`, ...)")
+                    self.string_keys.add(key)
+                if key in mapping:
+                    raise _NotPlain("a duplicate key")
+                event = get()
+                if type(event) is ScalarEvent and event.tag is None and event.anchor is None:
+                    mapping[key] = self.scalar(event)
+                else:
+                    mapping[key] = self.value(event, depth)
+        raise _NotPlain("an alias")
+
+    def scalar(self, event: Any) -> Any:
+        """The value of an untagged scalar without an anchor."""
+        text: str = event.value
+        self.produced += 1 + (len(text) if text.isascii() else len(text.encode("utf-8", "replace")))
+        if not event.implicit[0]:  # quoted or a block: a string
+            return text
+        tag = self.tag(text)
+        if tag is None:
+            return text
+        if tag not in _PLAIN_TAGS:
+            raise _NotPlain(f"a {tag} scalar")
+        return self.constructors[tag](self.loader, ScalarNode(tag, text))
+
+    def tag(self, text: str) -> str | None:
+        """The implicit tag of a plain scalar, as the loader's resolver finds it; None for str."""
+        resolvers = self.resolvers.get(text[0] if text else "")
+        if resolvers is None and not self.wildcard:
+            return None
+        for tag, regexp in (resolvers or []) + self.wildcard:
+            if regexp.match(text):
+                return str(tag)
+        return None

@@ -1,0 +1,220 @@
+"""The golden file reader's fast path (`plain_yaml`, no lines) agrees with the strict one.
+
+`plain_yaml` builds values straight from libyaml's events and answers only for plain
+documents; `parse_yaml` builds them from the node tree with the line of every key. Hypothesis
+checks, on generated YAML, hostile YAML and mutated golden files, that whenever the fast path
+answers it answers exactly what the strict path builds (types included), and that it never
+answers for a text the strict path refuses: an invalid file is still an error with its line.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_harness.errors import ArchiveError, SpecError
+from pytest_harness.recording import golden
+from pytest_harness.recording.model import Recording
+from pytest_harness.spec.yamlio import NOT_PLAIN, parse_yaml, plain_yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDENS = sorted((ROOT / "recordings").rglob("*.yaml"))
+SETTINGS = settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal values of equal types all the way down (`1`, `1.0` and `True` differ; nan == nan)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return bool(a == b)
+
+
+def strict(text: str, max_bytes: int = 1_048_576) -> Any:
+    """What `parse_yaml` builds, or the `SpecError` it raises."""
+    try:
+        return parse_yaml(text, file="x.yaml", max_bytes=max_bytes).data
+    except SpecError as exc:
+        return exc
+
+
+def check_agree(text: str, max_bytes: int = 1_048_576) -> Any:
+    fast = plain_yaml(text, max_bytes=max_bytes)
+    slow = strict(text, max_bytes)
+    if isinstance(slow, SpecError):
+        assert fast is NOT_PLAIN, f"the fast path read a file the strict one refuses: {slow}"
+    elif fast is not NOT_PLAIN:
+        assert same(fast, slow), (fast, slow)
+    return fast
+
+
+WORDS = ["on", "off", "yes", "no", "y", "n", "1", "0x1f", "1_000", "1.5e3", ".inf", "-.nan", "~"]
+WORDS += ["null", "", "2001-12-14", "2001-13-45", "12:30", "<<", "=", "true", "False", "a b"]
+leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from(WORDS)
+    | st.text(max_size=20)
+)
+data = st.recursive(
+    leaf,
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.sampled_from(WORDS) | st.text(max_size=8), inner, max_size=6)
+    ),
+    max_leaves=30,
+)
+dumped = st.builds(
+    lambda doc, flow, unicode, start: yaml.safe_dump(
+        doc, default_flow_style=flow, allow_unicode=unicode, explicit_start=start
+    ),
+    data,
+    st.sampled_from([False, True, None]),
+    st.booleans(),
+    st.booleans(),
+)
+TOKENS = ["a", "on", "1", "1.5", "~", "<<", "'q'", '"\\L"', "|\n  x", ">\n  y", "&x", "*x"]
+TOKENS += ["!!str", "!!int", "!tag", "!", "? ", ": ", "- ", "-", "[", "]", "{", "}", ", "]
+TOKENS += ["\n", "\n  ", "\n    ", "#c", "---\n", "...\n", "\t", "2001-12-14", '"a\\x00"']
+token_text = st.lists(st.sampled_from(TOKENS), max_size=40).map("".join)
+documents = st.one_of(dumped, token_text, st.text(max_size=200))
+
+
+@SETTINGS
+@given(documents)
+def test_the_fast_path_reads_what_the_strict_one_builds_or_declines(text: str) -> None:
+    check_agree(text)
+
+
+@SETTINGS
+@given(data)
+def test_the_fast_path_reads_every_plain_document_the_dumper_writes(doc: Any) -> None:
+    text = yaml.safe_dump(doc, allow_unicode=True, sort_keys=False)
+    if isinstance(strict(text), SpecError):
+        return  # e.g. a lone surrogate the dumper escapes and the reader refuses
+    assert check_agree(text) is not NOT_PLAIN, text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 1\na: 2\n",  # a duplicate key
+        "on: 1\n",  # a key that resolves to a bool
+        "1: one\n",  # ... to an int
+        "base: &b {a: 1}\nx: {<<: *b}\n",  # an anchor, an alias, a merge key
+        "x: !!str 1\n",  # a tag
+        "x: ! y\n",  # the non-specific tag
+        "--- a\n--- b\n",  # two documents
+        "a: " + "[" * 201 + "]" * 201 + "\n",  # deeper than MAX_DEPTH
+        "? [a, b]\n: c\n",  # a complex key
+        "x: =\n",  # the value tag, which no constructor builds
+        "x: 2001-13-45\n",  # a timestamp that is no date
+        "x: [1, 2\n",  # a syntax error
+    ],
+)
+def test_the_fast_path_leaves_what_is_not_plain_to_the_strict_one(text: str) -> None:
+    assert plain_yaml(text) is NOT_PLAIN
+    check_agree(text)
+
+
+def test_the_fast_path_counts_the_size_cap_as_the_strict_one() -> None:
+    text = 'x: "' + "\\L" * 100 + '"\n'  # 206 bytes of text build 301 bytes (U+2028 is 3)
+    assert isinstance(strict(text, max_bytes=250), SpecError)
+    assert plain_yaml(text, max_bytes=250) is NOT_PLAIN
+    assert plain_yaml(text, max_bytes=400) == {"x": "\u2028" * 100}
+
+
+# -- golden files ---------------------------------------------------------------------------
+
+VALUES = ["5", "on", "null", "[]", "{}", "'x'", "&a x", "*a", "!!str 3", "2001-12-14", "-1.5"]
+VALUES += ["{extra: 1}", "[{}]", "completed", "nonsense", "pytest-harness/recording@1"]
+
+
+def mutate(text: str, line: int, how: str, value: str) -> str:
+    lines = text.splitlines(keepends=True)
+    i = line % len(lines)
+    target = lines[i]
+    indent = target[: len(target) - len(target.lstrip())]
+    if how == "delete":
+        del lines[i]
+    elif how == "duplicate":
+        lines.insert(i, target)
+    elif how == "extra key":
+        lines.insert(i, f"{indent}extra_key: {value}\n")
+    elif ":" in target:
+        key = target.split(":", 1)[0]
+        lines[i] = f"{key}: {value}\n"
+    return "".join(lines)
+
+
+golden_texts = st.builds(
+    mutate,
+    st.sampled_from([p.read_text(encoding="utf-8") for p in GOLDENS]),
+    st.integers(min_value=0, max_value=10_000),
+    st.sampled_from(["delete", "duplicate", "extra key", "value"]),
+    st.sampled_from(VALUES),
+)
+
+
+@SETTINGS
+@given(golden_texts)
+def test_a_golden_file_reads_the_same_on_both_paths_or_fails_with_its_line(text: str) -> None:
+    fast = golden._read_fast(text)
+    try:
+        slow = golden._read_strict(text, "g.yaml")
+    except SpecError as exc:
+        assert fast is None, f"the fast path read a golden file the strict one refuses: {exc}"
+        assert exc.file == "g.yaml"
+        assert exc.line is not None or "format" in str(exc) or "mapping" in str(exc)
+        return
+    if fast is not None:
+        assert same(fast.model_dump(), slow.model_dump())
+
+
+def test_the_projects_golden_files_take_the_fast_path() -> None:
+    current = [p for p in GOLDENS if "recording@2" in p.read_text(encoding="utf-8")]
+    assert current
+    for path in current:
+        text = path.read_text(encoding="utf-8")
+        fast = golden._read_fast(text)
+        assert fast is not None, path
+        assert same(fast.model_dump(), golden._read_strict(text, path.name).model_dump())
+
+
+def test_a_golden_file_with_an_unknown_key_still_names_its_line(tmp_path: Path) -> None:
+    text = GOLDENS[0].read_text(encoding="utf-8").replace("\ninput:", "\nbogus: 1\ninput:", 1)
+    line = text[: text.index("bogus:")].count("\n") + 1
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ArchiveError, match=rf"bad\.yaml:{line} bogus: unknown key 'bogus'"):
+        Recording.load(path)
+
+
+def test_a_golden_file_with_anchors_loads_on_the_strict_path(tmp_path: Path) -> None:
+    data = yaml.safe_load(GOLDENS[0].read_text(encoding="utf-8"))
+    data["principal"] = data["labels"] = {"id": "ann"}  # one object twice: an anchor, an alias
+    text = yaml.safe_dump(data, sort_keys=False)
+    assert "&id001" in text and "*id001" in text
+    assert golden._read_fast(text) is None
+    path = tmp_path / "anchored.yaml"
+    path.write_text(text, encoding="utf-8")
+    loaded = Recording.load(path)
+    assert loaded.principal == loaded.labels == {"id": "ann"}
