@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 import uuid
 from pathlib import Path
@@ -164,3 +165,20 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Proje
 def workers(request: pytest.FixtureRequest) -> int:
     """Run a scenario without xdist and with `-n 2`."""
     return int(request.param)
+
+
+NESTED_XDIST_TIMEOUT = 600
+"""Seconds a test that starts `pytest -n 2` subprocesses may take: each of them starts its own
+workers, several times over, so on a loaded 2-core machine they need far longer than the suite's
+120 s guard against hangs (a test killed by that guard also leaves its subprocess to be reaped
+by a later test)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give tests that run pytest with xdist in subprocesses a longer hang guard."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        function = getattr(item, "function", None)
+        source = inspect.getsource(function) if function is not None else ""
+        if (callspec is not None and callspec.params.get("workers")) or "workers=2" in source:
+            item.add_marker(pytest.mark.timeout(NESTED_XDIST_TIMEOUT))
