@@ -11,7 +11,6 @@ from collections.abc import Sequence
 import pytest_harness.postgres.sqltext as q
 from pytest_harness.postgres.connection import _MAX_ID, PostgresConnection, _loads
 from pytest_harness.store.base import (
-    JOURNAL_FORMAT,
     Event,
     JournalEntry,
     RunRecord,
@@ -23,7 +22,13 @@ from pytest_harness.store.base import (
     encode_json,
     parse_cursor,
 )
-from pytest_harness.store.rows import list_runs_query, sample_from_row, samples_query
+from pytest_harness.store.rows import (
+    JOURNAL_COLUMNS,
+    journal_from_row,
+    list_runs_query,
+    sample_from_row,
+    samples_query,
+)
 from pytest_harness.store.rows import record_from_row as _record
 
 __all__ = ["PostgresHistory"]
@@ -95,27 +100,13 @@ class PostgresHistory(PostgresConnection):
         check_limit(limit)
         rows = await self._q(
             f"read the journal of run {run_id}",
-            f"SELECT {q.JOURNAL} FROM journal WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            f"SELECT {JOURNAL_COLUMNS} FROM journal WHERE run_id = %s AND seq > %s "
+            "ORDER BY seq LIMIT %s",
             (run_id, min(max(after, 0), _MAX_ID), limit),
         )
         if not rows:
             await self._require_run(run_id)
-        return [
-            JournalEntry(
-                id=row[0],
-                seq=row[1],
-                format=JOURNAL_FORMAT,
-                session_id=row[2],
-                run_id=row[3],
-                step=row[4],
-                attempt_id=row[5],
-                ts=row[6],
-                execution_key=row[7],
-                kind=row[8],
-                payload=_loads(row[9]),
-            )
-            for row in rows
-        ]
+        return [journal_from_row(row) for row in rows]
 
     async def put_artifact(self, artifact: StoredArtifact) -> None:
         """Keep the artifact's bytes by hash (write-once: a second put is a no-op)."""

@@ -26,7 +26,6 @@ __all__ = [
     "CREATE",
     "DECIDE",
     "EXPIRED",
-    "JOURNAL",
     "RELEASE",
     "RENEW",
     "RUN",
@@ -36,7 +35,6 @@ RUN = (
     "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
     "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control, record"
 )
-JOURNAL = "id, seq, session_id, run_id, step, attempt_id, ts, execution_key, kind, payload"
 APPROVAL = (
     "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
     "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"

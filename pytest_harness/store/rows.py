@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_harness.store.base import (
+    JOURNAL_FORMAT,
     ApprovalRow,
     JournalDraft,
+    JournalEntry,
     NewApproval,
     RunRecord,
     Sample,
@@ -20,9 +22,11 @@ from pytest_harness.store.base import (
 )
 
 __all__ = [
+    "JOURNAL_COLUMNS",
     "Row",
     "approval_from_row",
     "approvals_json_of",
+    "journal_from_row",
     "journal_json",
     "list_runs_query",
     "record_from_row",
@@ -54,6 +58,27 @@ def record_from_row(row: Row) -> RunRecord:
         lease_expires=row[14],
         control=row[15],
         record=bool(row[16]),
+    )
+
+
+JOURNAL_COLUMNS = "id, seq, session_id, run_id, step, attempt_id, ts, execution_key, kind, payload"
+"""The `journal` columns `journal_from_row` reads, in its order."""
+
+
+def journal_from_row(row: Row) -> JournalEntry:
+    """A `journal` row (`JOURNAL_COLUMNS`) as a `JournalEntry`."""
+    return JournalEntry(
+        id=row[0],
+        seq=row[1],
+        format=JOURNAL_FORMAT,
+        session_id=row[2],
+        run_id=row[3],
+        step=row[4],
+        attempt_id=row[5],
+        ts=row[6],
+        execution_key=row[7],
+        kind=row[8],
+        payload=_loads(row[9]),
     )
 
 

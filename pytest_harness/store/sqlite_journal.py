@@ -15,9 +15,14 @@ from pytest_harness.store.base import (
     check_samples,
     parse_cursor,
 )
-from pytest_harness.store.rows import sample_from_row, samples_query
+from pytest_harness.store.rows import (
+    JOURNAL_COLUMNS,
+    journal_from_row,
+    sample_from_row,
+    samples_query,
+)
 from pytest_harness.store.sqlite_connection import SQLiteConnection
-from pytest_harness.store.sqlite_statements import _JOURNAL, _MAX_ID, _entry, _loads
+from pytest_harness.store.sqlite_statements import _MAX_ID, _loads
 
 __all__ = ["SQLiteJournal"]
 
@@ -52,12 +57,13 @@ class SQLiteJournal(SQLiteConnection):
             raise ValueError(f"limit must be zero or more, got {limit}")
         rows = await self._q(
             f"read the journal of run {run_id}",
-            f"SELECT {_JOURNAL} FROM journal WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            f"SELECT {JOURNAL_COLUMNS} FROM journal WHERE run_id = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?",
             (run_id, min(max(after, 0), _MAX_ID), -1 if limit is None else limit),
         )
         if not rows:
             await self._require_run(run_id)
-        return [_entry(row) for row in rows]
+        return [journal_from_row(row) for row in rows]
 
     async def put_artifact(self, artifact: StoredArtifact) -> None:
         """Keep the artifact's bytes by hash (write-once: a second put is a no-op)."""

@@ -9,10 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pytest_harness.store.base import (
-    JOURNAL_FORMAT,
-    JournalEntry,
-)
 from pytest_harness.store.rows import approval_from_row, journal_json, record_from_row
 
 _Row = tuple[Any, ...]
@@ -25,7 +21,6 @@ _RUN = (
     "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
     "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control, record"
 )
-_JOURNAL = "id, seq, session_id, run_id, step, attempt_id, ts, execution_key, kind, payload"
 _APPROVAL = (
     "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
     "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"
@@ -106,19 +101,3 @@ def _text(value: str) -> str:
 _record = record_from_row
 _journal_json = journal_json
 _approval = approval_from_row
-
-
-def _entry(row: _Row) -> JournalEntry:
-    return JournalEntry(
-        id=row[0],
-        seq=row[1],
-        format=JOURNAL_FORMAT,
-        session_id=row[2],
-        run_id=row[3],
-        step=row[4],
-        attempt_id=row[5],
-        ts=row[6],
-        execution_key=row[7],
-        kind=row[8],
-        payload=_loads(row[9]),
-    )
