@@ -41,13 +41,19 @@ APP = textwrap.dedent(
             f.write(json.dumps(entry) + "\\n")
 
 
+    def mark(path, text):
+        """Write `text` to `path` at once (a reader never sees the file empty)."""
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+
+
     async def refund(amount: int) -> dict:
         """Refunds (idempotent)."""
         ctx = ph.current_tool_context()
         note({"run": ctx.run_id, "key": ctx.execution_key, "pid": os.getpid()})
         if os.environ.get("MARK_IN_TOOL"):
-            with open(os.environ["MARK_IN_TOOL"], "w") as f:
-                f.write(ctx.run_id)
+            mark(os.environ["MARK_IN_TOOL"], ctx.run_id)
             await asyncio.sleep(float(os.environ.get("TOOL_SLEEP", "0")))
         return {"amount": amount, "by": os.getpid()}
 
@@ -86,6 +92,7 @@ WORKER = textwrap.dedent(
     """
     import asyncio, json, os, sys, time
     import pytest_harness as ph
+    from procapp import mark
 
     HERE = os.path.dirname(os.path.abspath(__file__))
     SPEC = os.path.join(HERE, "harness.yaml")
@@ -131,8 +138,7 @@ WORKER = textwrap.dedent(
                 async def committed(*a, **kw):
                     control = await commit(*a, **kw)
                     if any(e.kind == "tool_resolved" for e in kw.get("events") or ()):
-                        with open(marker, "w") as f:
-                            f.write(run_id)
+                        mark(marker, run_id)
                         await asyncio.sleep(120)
                     return control
 

@@ -121,6 +121,7 @@ WORKER = textwrap.dedent(
     """
     import asyncio, json, os, sys, time
     import pytest_harness as ph
+    from crashapp import hang
 
     HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -140,10 +141,7 @@ WORKER = textwrap.dedent(
             if command == "run":
                 result = await harness.run("t", args[0], principal="ann")
                 print(json.dumps(summary(result)), flush=True)
-                if os.environ.get("KILL_AT") == "idle":
-                    with open(os.path.join(HERE, "marker"), "w") as f:
-                        f.write(result.run_id)
-                    await asyncio.sleep(120)
+                await hang("idle", result.run_id)
             elif command == "recover":  # until `want` runs were recovered
                 want, got = int(args[0]), []
                 deadline = time.monotonic() + 30
