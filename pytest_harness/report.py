@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["render_report", "report_text"]
 
-_HEAD_STYLES = {"same": "bold green", "drifted": "bold yellow", "diverged": "bold red"}
+_HEAD_STYLES = {"same": "bold green", "changed": "bold yellow", "diverged": "bold red"}
 _LINE_STYLES = {"+": "green", "-": "red", "~": "yellow"}
 
 

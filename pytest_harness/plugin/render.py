@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["ReplayFailureRepr"]
 
 
-_HEAD = {"same": {"green": True}, "drifted": {"yellow": True}, "diverged": {"red": True}}
+_HEAD = {"same": {"green": True}, "changed": {"yellow": True}, "diverged": {"red": True}}
 """The first word's colour, as `pytest_harness.report` (the CLI's renderer) colours it."""
 
 

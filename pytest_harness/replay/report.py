@@ -182,7 +182,7 @@ class ReplayReport:
                 f"{self.divergence.reason}"
             )
         else:
-            word = "same" if self.same else "drifted"
+            word = "same" if self.same else "changed"
             head = f"{word}: {self.subject} ended {recorded}; the replay ended {replayed}"
         lines = [head]
         if self.divergence is not None:

@@ -408,8 +408,8 @@ def test_a_new_rule_that_requires_approval_is_status_drift_exit_1(cli) -> None:
         "  model answers used: 1 of 3\n"
     )
     assert result.out == (
-        f"drifted: recording recordings/refund.yaml (orders) {report}"
-        f"drifted: run {run_id} (orders) {report}"
+        f"changed: recording recordings/refund.yaml (orders) {report}"
+        f"changed: run {run_id} (orders) {report}"
         "0 same, 2 drifted, 0 diverged; 2 failing (--fail-on status,output,decisions)\n"
     )
 

@@ -48,7 +48,7 @@ def test_plain_text_is_exactly_render() -> None:
     render_report(report, Console(file=stream, force_terminal=False, width=20))
     assert stream.getvalue() == report.render() + "\n"  # not re-wrapped at the console width
     assert report.render() == (
-        "drifted: run run_e7c1 (orders) ended completed; the replay ended awaiting_approval\n"
+        "changed: run run_e7c1 (orders) ended completed; the replay ended awaiting_approval\n"
         "  status: completed → awaiting_approval\n"
         "  decisions:\n"
         "    + step 2 rule R3 → approve (tool refund)\n"
@@ -64,7 +64,7 @@ def test_plain_text_is_exactly_render() -> None:
 def test_a_terminal_gets_bold_head_green_plus_red_minus() -> None:
     text = report_text(drifted())
     styles = {text.plain[span.start : span.end]: str(span.style) for span in text.spans}
-    assert styles["drifted"] == "bold yellow"
+    assert styles["changed"] == "bold yellow"
     assert styles["    + step 2 rule R3 → approve (tool refund)"] == "green"
     assert styles["    - step 2 tool refund → ok"] == "red"
     assert styles[f"    - {DONE}"] == "red"

@@ -59,7 +59,7 @@ def test_a_grader_drift_fails_replay_recordings(project: Project) -> None:
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*drifted: recording recordings/test_desk/test_redacted.yaml (orders)*",
+            "*changed: recording recordings/test_desk/test_redacted.yaml (orders)*",
             "  decisions:",
             "*~ step 1 grader no-card-numbers (*passed: True → False; score: 1.0 → 0.0)",
         ]

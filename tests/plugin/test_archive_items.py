@@ -44,7 +44,7 @@ def test_incident_archives_replay_as_regression_tests(project: Project) -> None:
     result = project.run("--replay-recordings", "incidents/refund.hx")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*drifted: recording incidents/refund.hx (orders)*", "*never rewritten*"]
+        ["*changed: recording incidents/refund.hx (orders)*", "*never rewritten*"]
     )
     before = (project.path / "incidents" / "refund.hx").read_bytes()
     result = project.run("--update-recordings", "incidents/refund.hx")

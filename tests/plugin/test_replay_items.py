@@ -46,7 +46,7 @@ def test_record_replay_drift_update_cycle(project: Project, workers: int) -> Non
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*drifted: recording recordings/test_desk/test_small_refund.yaml (orders) ended "
+            "*changed: recording recordings/test_desk/test_small_refund.yaml (orders) ended "
             "completed; the replay ended awaiting_approval",
             "  status: completed → awaiting_approval",
             "  decisions:",
@@ -96,7 +96,7 @@ def test_junit_holds_the_plain_report(project: Project, workers: int) -> None:
     assert set(cases) == {f.split("/")[1].removesuffix(".yaml") for f in FILES}
     failure = cases["test_small_refund"].find("failure")
     assert failure is not None
-    assert failure.get("message", "").startswith("drifted: recording recordings/test_desk/")
+    assert failure.get("message", "").startswith("changed: recording recordings/test_desk/")
     body = failure.text or ""
     assert "  status: completed → awaiting_approval\n" in body
     assert "    + step 2 rule R1 → approve (tool refund)\n" in body
@@ -298,7 +298,7 @@ def test_replay_tools_safe_runs_safe_tools_and_fails_on_a_new_result(project: Pr
     result = project.run("--replay-recordings", "--replay-tools=safe", "-k", "small")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*drifted: recording*", "*~ step 1 tool lookup_order → ok (result.total: 250.0 → 99.0)"]
+        ["*changed: recording*", "*~ step 1 tool lookup_order → ok (result.total: 250.0 → 99.0)"]
     )
 
 

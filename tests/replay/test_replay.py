@@ -128,7 +128,7 @@ guards: []""",
     assert report.status == ("completed", "awaiting_approval")
     assert "status" in report.differences and "output" in report.differences
     text = report.render()
-    assert "drifted: recording" in text
+    assert "changed: recording" in text
     assert "  status: completed → awaiting_approval" in text
     assert "    + step 1 rule R3 → approve (tool lookup_order)" in text
     assert "    - step 1 tool lookup_order → ok" in text
