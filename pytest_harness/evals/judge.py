@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from pytest_harness.errors import LiveModelBlocked
 from pytest_harness.evals.checks import GradeInput, GraderCheck, GraderError, Verdict
 from pytest_harness.models.base import ModelRequest
-from pytest_harness.models.live import live_models_allowed
+from pytest_harness.models.live import check_live
 from pytest_harness.spec.schema import GraderSpec
 
 if TYPE_CHECKING:
@@ -67,8 +66,7 @@ def build_judge(grader: GraderSpec, plans: Plans) -> tuple[GraderCheck, ModelPro
 
     async def grade(subject: GradeInput) -> Verdict:
         provider = plans.provider(name)  # looked up each time: tests may script it anew
-        if provider.live and not live_models_allowed():
-            raise LiveModelBlocked(provider.name, name)
+        check_live(provider, name)
         request = ModelRequest(
             task=subject.result.task,
             model=name,

@@ -10,8 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-__all__ = ["allow_live_models", "live_models_allowed", "set_live_models_allowed"]
+from pytest_harness.errors import LiveModelBlocked
+
+if TYPE_CHECKING:
+    from pytest_harness.models.base import ModelProvider
+
+__all__ = ["allow_live_models", "check_live", "live_models_allowed", "set_live_models_allowed"]
 
 _allowed: bool | None = None
 
@@ -44,3 +50,17 @@ def set_live_models_allowed(allowed: bool | None) -> bool | None:
     previous = _allowed
     _allowed = allowed
     return previous
+
+
+def check_live(provider: ModelProvider, model: str) -> None:
+    """Raise `LiveModelBlocked` when calling `provider` for `model` is refused now.
+
+    It is refused when the provider is live and live calls are off, or when it refuses live
+    calls itself (`refuses_live`: a test's golden-file cassette under record mode `none`, which
+    never goes to the network). The error carries the provider's `blocked_hint` when it has one.
+    """
+    if not provider.live:
+        return
+    if live_models_allowed() and not getattr(provider, "refuses_live", False):
+        return
+    raise LiveModelBlocked(provider.name, model, getattr(provider, "blocked_hint", None))

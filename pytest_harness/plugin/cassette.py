@@ -6,8 +6,8 @@ provider), the record mode decides where that model's answers come from, for the
 - `none` (the default): from the test's golden files (`<test>.yaml` for its first run,
   `<test>-2.yaml` for its second, …), each run's answers in order; nothing goes to the network.
   A test without golden files is refused with `LiveModelBlocked` naming the command that
-  records them, unless live calls are allowed (`--harness-allow-live`, the `allow_live`
-  marker): then it calls the live model as before, and writes nothing.
+  records them, even when live calls are allowed (`--harness-allow-live`, the `allow_live`
+  marker): recording is what `new` and `all` are for.
 - `new`: a test with golden files answers from them; one without calls the live model (which
   needs `--harness-allow-live`) and its runs are written.
 - `all`: every test calls the live model and its files are rewritten.
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pytest_harness.errors import ArchiveError, HarnessError, ModelError, ReplayDiverged
 from pytest_harness.models.base import ModelRequest, ModelResponse
-from pytest_harness.models.live import live_models_allowed
+from pytest_harness.models.live import check_live
 from pytest_harness.plugin.golden import golden_key, golden_name
 from pytest_harness.plugin.settings import RecordMode, Settings
 
@@ -247,6 +247,8 @@ class CassetteProvider:
         self.name = original.name
         self.live = not cassette.playing
         """Live only when the test calls the model (not when it plays its golden files)."""
+        self.refuses_live = self.live and cassette.settings.record is RecordMode.NONE
+        """Record mode `none` never goes to the network, even with live calls allowed."""
         self.blocked_hint = cassette.blocked_hint()
         """What `LiveModelBlocked` says when the test may not call the live model."""
 
@@ -254,10 +256,7 @@ class CassetteProvider:
         """The golden file's next answer, or the live model's."""
         if self.cassette.playing:
             return self.cassette.answer(request, self.models, self.name)
-        if not live_models_allowed():  # the run loop checks this first; a direct call too
-            from pytest_harness.errors import LiveModelBlocked
-
-            raise LiveModelBlocked(self.name, request.model, self.blocked_hint)
+        check_live(self, request.model)  # the run loop checks this first; a direct call too
         return await self.original.complete(request)
 
     def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_harness.errors import HarnessError, LiveModelBlocked, SpecError
-from pytest_harness.models.live import live_models_allowed
+from pytest_harness.errors import HarnessError, SpecError
+from pytest_harness.models.live import check_live
 from pytest_harness.plugin.golden import golden_key, golden_name, write_golden
 from pytest_harness.plugin.settings import (
     DEFAULT_ENV,
@@ -106,8 +106,7 @@ class TaskScripts:
         scripted = self.tasks.get(request.task)
         if scripted is not None:
             return await scripted.complete(request)
-        if self.original.live and not live_models_allowed():
-            raise LiveModelBlocked(self.original.name, self.model)
+        check_live(self.original, self.model)
         return await self.original.complete(request)
 
     def retry_delay(self, attempt: int, error: Any = None) -> float:

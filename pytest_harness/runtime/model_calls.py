@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_harness.eager import start
-from pytest_harness.errors import LiveModelBlocked, ModelError
+from pytest_harness.errors import ModelError
 from pytest_harness.models.base import ModelRequest, ModelResponse
-from pytest_harness.models.live import live_models_allowed
+from pytest_harness.models.live import check_live
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.clock import id_hex, monotonic, now
 from pytest_harness.runtime.driver_base import AttemptLost, DriverBase, _Deadline
@@ -83,10 +83,7 @@ class ModelCalls(DriverBase):
         """
         last: ModelError | None = None
         for link in self.plan.models:
-            if link.provider.live and not live_models_allowed():
-                raise LiveModelBlocked(
-                    link.provider.name, link.name, getattr(link.provider, "blocked_hint", None)
-                )
+            check_live(link.provider, link.name)
             clock = self._clock(link.name)
             retry_clock = RetryClock(
                 link.provider,

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pytest_harness.cel import CelProgram
-from pytest_harness.errors import LiveModelBlocked
 from pytest_harness.hookspecs import GuardCheckFactory, ProviderConfig, ProviderFactory
 from pytest_harness.models.base import ModelProvider, ToolSchema
-from pytest_harness.models.live import live_models_allowed
+from pytest_harness.models.live import check_live
 from pytest_harness.plugins import registry
 from pytest_harness.runtime.guards import GuardChecker, build_callable_checker
 from pytest_harness.spec.schema import Budget, GuardSpec, ModelSpec, RuleSpec, TaskSpec
@@ -72,12 +71,9 @@ class TaskPlan:
         return self.spec.budget
 
     def check_live(self) -> None:
-        """Raise `LiveModelBlocked` when the task's first model is live and live calls are off."""
+        """Raise `LiveModelBlocked` when the task's first model may not be called now."""
         first = self.models[0]
-        if first.provider.live and not live_models_allowed():
-            raise LiveModelBlocked(
-                first.provider.name, first.name, getattr(first.provider, "blocked_hint", None)
-            )
+        check_live(first.provider, first.name)
 
 
 class Plans:

@@ -102,6 +102,24 @@ def record(project: Project, workers: int = 0) -> FakeOpenAI:
     return server
 
 
+def test_mode_none_never_calls_out_even_with_live_calls_allowed(live: Project) -> None:
+    with FakeOpenAI() as server:
+        write_live_spec(live, server.url)
+        result = live.run("-k", "small", "--harness-allow-live")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*LiveModelBlocked: live model blocked: model 'default' uses provider 'openai'*; "
+            "test_live.py::test_small_refund has no golden file "
+            "(recordings/test_live/test_small_refund.yaml) to answer from; record it once with "
+            "the live model: pytest --record-recordings=new --harness-allow-live "
+            "test_live.py::test_small_refund"
+        ]
+    )
+    assert server.requests == 0
+    assert not live.recordings.exists()
+
+
 def test_record_once_then_answer_from_the_golden_files_with_the_server_down(
     live: Project, workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -224,8 +224,19 @@ def live_project(project: Project) -> None:
 
 def test_live_models_are_blocked_unless_allowed(project: Project) -> None:
     live_project(project)
-    project.run().assert_outcomes(passed=3)
-    result = project.run("--harness-allow-live", "-k", "blocked")
+    # record mode `none` never calls out, allowed or not: without a golden file, refused
+    result = project.run()
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "E*LiveModelBlocked: *; test_desk.py::test_allowed_by_marker has no golden file*",
+            "E*LiveModelBlocked: *; test_desk.py::TestAllowedForTheClass::"
+            "test_closer_marker_without_allow_live has no golden file*",
+        ]
+    )
+    # recording calls the live model where the marker or the option allows it
+    project.run("--record-recordings=new").assert_outcomes(passed=3)
+    result = project.run("--record-recordings=new", "--harness-allow-live", "-k", "blocked")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*DID NOT RAISE*"])
     with ph.allow_live_models(False), pytest.raises(ph.LiveModelBlocked):
