@@ -291,9 +291,13 @@ class DriverBase:
         hub = self.ctx.hub
         if hub is not None:
             hub.committed(run_id)
+        self.notify(status, phase)
+
+    def notify(self, status: RunStatus, phase: Boundary) -> None:
+        """Tell the `harness_checkpoint` hooks that the run committed `phase` with `status`."""
         notify_checkpoint(
             session_id=self.record.session_id,
-            run_id=run_id,
+            run_id=self.record.run_id,
             status=status.value,
             phase=phase.value,
         )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from pytest_harness.models.base import Message, ModelRequest, ModelResponse
+from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.engine import DriveContext, Driver, ToolHandoff
 from pytest_harness.runtime.plan import ModelLink, PlanTool, TaskPlan
 from pytest_harness.runtime.results import RunStatus
@@ -42,6 +43,10 @@ Ask = Callable[[ModelLink, ModelRequest, "Mapping[str, float] | None"], Awaitabl
 (`answers.answer_of`, plus `deltas` and `first_event` seconds); raises `AttemptLost` when the
 attempt was lost with its worker. `first_event` is `{limit, carried}` for a model with a
 `first_event_timeout`: the activity holds the provider to it."""
+
+Tell = Callable[[Callable[[], None]], None]
+"""Runs a notification of the `harness_checkpoint` hooks as the workflow allows: once, outside
+its sandbox, and not again when a worker replays the history."""
 
 __all__ = ["approval_rows", "drive_segment", "journal_dict", "record_of"]
 
@@ -111,6 +116,14 @@ class _Segment(Driver):
     held: str | None = None
     """A pause or cancel that waits until the handed-off call's outcome is in (it settled)."""
     ask: Ask | None = None
+    tell: Tell | None = None
+
+    def notify(self, status: RunStatus, phase: Boundary) -> None:
+        told = super().notify
+        if self.tell is None:
+            told(status, phase)
+        else:
+            self.tell(lambda: told(status, phase))
 
     async def _call_tool(
         self, tool: PlanTool, call: dict[str, Any], context: ToolContext
@@ -228,6 +241,7 @@ async def drive_segment(
     spec_digest: str,
     history: list[Message],
     ask: Ask | None = None,
+    tell: Tell | None = None,
 ) -> dict[str, Any]:
     """Drive the run from `snapshot` as `op` says; return what the workflow must apply.
 
@@ -236,7 +250,8 @@ async def drive_segment(
     approvals in, then go on), `resolve` (`key`, `how`, `value`, `by`), `control` (act on a
     pending pause or cancel). The answer has the new `status`, `state`, `events`, `approvals`
     (new requests), `control` and, when a call must run, `handoff`. `ask` runs each model
-    attempt (None: the provider is called here).
+    attempt (None: the provider is called here). `tell` is how the `harness_checkpoint` hooks
+    are told of a boundary (None: at once).
     """
     record_ = record_of(snapshot)
     capture = _Capture(snapshot.get("control"))
@@ -255,6 +270,7 @@ async def drive_segment(
     resumed = interrupted or kind != "drive" or status is RunStatus.PAUSED
     driver = _Segment(ctx, plan, record_, 1, interrupted=interrupted, resumed=resumed)
     driver.ask = ask
+    driver.tell = tell
     given = op.get("outcome")
     handoff: dict[str, Any] | None = None
     if given is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -30,9 +30,12 @@ with workflow.unsafe.imports_passed_through():
     import pytest_harness.temporal.hosted as hosted
     import pytest_harness.temporal.segment as segment
     from pytest_harness.models.base import ModelRequest
+    from pytest_harness.plugins import notify_checkpoint
     from pytest_harness.runtime import clock
+    from pytest_harness.runtime.boundaries import Boundary
     from pytest_harness.runtime.driver_base import AttemptLost
     from pytest_harness.runtime.plan import ModelLink
+    from pytest_harness.runtime.results import RunStatus
     from pytest_harness.store.base import JOURNAL_FORMAT
     from pytest_harness.temporal.answers import named_error, request_payload
 
@@ -58,6 +61,19 @@ class _WorkflowClock:
         return workflow.uuid4()
 
 
+def _tell(notify: Callable[[], None]) -> None:
+    """Tell the `harness_checkpoint` hooks of a boundary the run just reached, as locally.
+
+    Outside the sandbox (a hook may write a file or a socket; nothing it does reaches the run),
+    and only the first time: a worker replaying the history to rebuild the run stays quiet for
+    boundaries that were told already.
+    """
+    if workflow.unsafe.is_replaying():
+        return
+    with workflow.unsafe.sandbox_unrestricted():
+        notify()
+
+
 def _retrieved(task: asyncio.Future[Any]) -> None:
     """Take a cancelled attempt's outcome, which nobody awaits any more."""
     if not task.cancelled():
@@ -81,6 +97,15 @@ class HarnessRun:
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
         """Drive the run until it ends; between suspensions, wait for what resumes it."""
+        snap = self.snap
+        _tell(
+            lambda: notify_checkpoint(
+                session_id=snap["session_id"],
+                run_id=snap["run_id"],
+                status=RunStatus.RUNNING.value,
+                phase=Boundary.RUN_STARTED.value,
+            )
+        )
         while self.snap["status"] not in _ENDED:
             if self.next is None:
                 await workflow.wait_condition(lambda: self.next is not None)
@@ -136,6 +161,7 @@ class HarnessRun:
                     spec_digest=str(self.conf["spec_digest"]),
                     history=copy.deepcopy(list(self.conf.get("history") or ())),
                     ask=self._ask,
+                    tell=_tell,
                 )
             self._apply(answer)
             handoff = answer.get("handoff")
