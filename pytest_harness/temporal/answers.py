@@ -9,11 +9,17 @@ fallbacks and accounting treat it exactly as a local attempt's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_harness.errors import ModelError
-from pytest_harness.models.base import ModelRequest, ModelResponse, ProposedCall, TokenUsage
+from pytest_harness.models.base import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ProposedCall,
+    TokenUsage,
+)
 from pytest_harness.runtime.plan import TaskPlan
 
 __all__ = [
@@ -44,12 +50,16 @@ def named_error(kind: str, message: str) -> Exception:
     return error(message)
 
 
-def request_payload(request: ModelRequest) -> dict[str, Any]:
-    """What the activity needs of a request (the system prompt and tools come from its plan)."""
+def request_payload(request: ModelRequest, conversation: Mapping[str, Any]) -> dict[str, Any]:
+    """What the activity needs of a request (the system prompt and tools come from its plan).
+
+    `conversation` stands for its messages (`conversation.Sent.wire`: the tail past what the
+    worker holds, or all of them).
+    """
     return {
         "task": request.task,
         "model": request.model,
-        "messages": [dict(m) for m in request.messages],
+        "conversation": dict(conversation),
         "run_id": request.run_id,
         "turn": request.turn,
         "input": request.input,
@@ -60,16 +70,17 @@ def request_payload(request: ModelRequest) -> dict[str, Any]:
 def request_of(
     plan: TaskPlan,
     payload: Mapping[str, Any],
+    messages: Sequence[Message],
     *,
     on_text: Callable[[str], None] | None,
     on_first_event: Callable[[], None],
 ) -> ModelRequest:
-    """The request `request_payload` describes, as the driver built it."""
+    """The request `request_payload` describes, with its whole `messages`, as the driver made it."""
     return ModelRequest(
         task=plan.name,
         model=str(payload["model"]),
         system=plan.spec.prompt,
-        messages=tuple(payload["messages"]),
+        messages=tuple(messages),
         tools=plan.schemas,
         run_id=str(payload["run_id"]),
         turn=int(payload["turn"]),

@@ -33,6 +33,7 @@ from pytest_harness.runtime.retrying import FirstEvent, first_event, first_event
 from pytest_harness.store.base import StoredArtifact
 from pytest_harness.temporal.answers import answer_of, request_of
 from pytest_harness.temporal.client import connect
+from pytest_harness.temporal.conversation import UNKNOWN, Conversations
 from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.workflow import HarnessRun
 from pytest_harness.tools.context import ToolContext
@@ -78,6 +79,8 @@ class _Activities:
         self.accept = tuple(accept)
         self.digest = harness.spec.digest
         self.lease = harness.spec.document.state.lease
+        self.conversations = Conversations()
+        """The conversations of the runs this worker asked a model for last (their tails)."""
 
     def host(self) -> None:
         """Register the spec where the workflow finds its plans."""
@@ -135,9 +138,17 @@ class _Activities:
                 deltas.append(piece)
                 on_first_event()
 
+        messages = self.conversations.messages(str(wanted["run_id"]), wanted["conversation"])
+        if messages is None:  # another worker served the run's last attempt: send it all
+            raise ApplicationError(
+                f"this worker does not hold the conversation of run {wanted['run_id']}",
+                type=UNKNOWN,
+                non_retryable=True,
+            )
         request = request_of(
             plan,
             wanted,
+            messages,
             on_text=None if link.provider.live else on_text,
             on_first_event=on_first_event,
         )

@@ -27,6 +27,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     import pytest_harness.temporal.checks as checks
+    import pytest_harness.temporal.conversation as conversation
     import pytest_harness.temporal.hosted as hosted
     import pytest_harness.temporal.segment as segment
     from pytest_harness.models.base import ModelRequest
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from pytest_harness.runtime.results import RunStatus
     from pytest_harness.store.base import JOURNAL_FORMAT
     from pytest_harness.temporal.answers import named_error, request_payload
+    from pytest_harness.temporal.conversation import UNKNOWN
 
 __all__ = ["HarnessRun"]
 
@@ -88,6 +90,11 @@ class HarnessRun:
     def __init__(self, start: dict[str, Any]) -> None:
         self.snap: dict[str, Any] = dict(start["snapshot"])
         self.conf: dict[str, Any] = dict(start["conf"])
+        self.wire_conf = {k: v for k, v in self.conf.items() if k != "history"}
+        """What activities are told of the run's settings (not the session's conversation,
+        which their requests carry when they need it)."""
+        self.sent = conversation.Sent()
+        """The conversation the run's last model attempt sent (the next sends what it adds)."""
         self.next: dict[str, Any] | None = {"op": "drive"}
         self.active = False
         """A step or tool activity is under way (the snapshot is about to change)."""
@@ -133,7 +140,7 @@ class HarnessRun:
         try:
             await workflow.execute_activity(
                 "harness_grade",
-                {"snapshot": self._bare(), "conf": self.conf},
+                {"snapshot": self._bare(), "conf": self.wire_conf},
                 start_to_close_timeout=timedelta(hours=1),
                 heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
                 retry_policy=RetryPolicy(
@@ -185,36 +192,45 @@ class HarnessRun:
         """
         timeout = link.spec.timeout
         close = timeout + 30.0 if timeout is not None else 24 * 3600.0
-        handle = workflow.start_activity(
-            "harness_model",
-            {
-                "request": request_payload(request),
-                "first_event": None if first is None else dict(first),
-                "conf": self.conf,
-            },
-            result_type=dict,
-            start_to_close_timeout=timedelta(seconds=close),
-            heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
-            retry_policy=_ONCE,
-        )
-        try:
-            answer: dict[str, Any] = await asyncio.shield(handle)
-        except asyncio.CancelledError:  # the engine's timer (model timeout, deadline) fired
-            handle.cancel()
-            handle.add_done_callback(_retrieved)
-            raise
-        except ActivityError as exc:
-            cause = exc.cause
-            if isinstance(cause, TimeoutError):
-                what = cause.type.name.lower().replace("_", "-") if cause.type else "a"
+        for full in (False, True):
+            wire = self.sent.wire(request.messages, full=full)
+            handle = workflow.start_activity(
+                "harness_model",
+                {
+                    "request": request_payload(request, wire),
+                    "first_event": None if first is None else dict(first),
+                    "conf": self.wire_conf,
+                },
+                result_type=dict,
+                start_to_close_timeout=timedelta(seconds=close),
+                heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
+                retry_policy=_ONCE,
+            )
+            try:
+                answer: dict[str, Any] = await asyncio.shield(handle)
+            except asyncio.CancelledError:  # the engine's timer (model timeout, deadline) fired
+                handle.cancel()
+                handle.add_done_callback(_retrieved)
+                raise
+            except ActivityError as exc:
+                cause = exc.cause
+                if isinstance(cause, TimeoutError):
+                    what = cause.type.name.lower().replace("_", "-") if cause.type else "a"
+                    raise AttemptLost(
+                        f"the worker running the call was lost ({what} timeout)"
+                    ) from None
+                if isinstance(cause, ApplicationError):
+                    if cause.type == UNKNOWN and not full:
+                        continue  # that worker did not hold the conversation: send it all
+                    # a wrong spec digest, a bug: the run fails
+                    raise named_error(cause.type or "Error", cause.message) from None
+                # cancelled by its worker shutting down: the attempt is lost with it
                 raise AttemptLost(
-                    f"the worker running the call was lost ({what} timeout)"
+                    f"the call's worker stopped without an answer ({cause})"
                 ) from None
-            if isinstance(cause, ApplicationError):  # a wrong spec digest, a bug: the run fails
-                raise named_error(cause.type or "Error", cause.message) from None
-            # cancelled by its worker shutting down: the attempt is lost with it
-            raise AttemptLost(f"the call's worker stopped without an answer ({cause})") from None
-        return answer
+            self.sent.sent(request.messages, wire)
+            return answer
+        raise AssertionError("unreachable: a full conversation is never unknown")
 
     async def _tool(self, handoff: dict[str, Any]) -> dict[str, Any] | None:
         """Run one tool call as an activity; the next step's operation (None: the run failed)."""
@@ -235,7 +251,7 @@ class HarnessRun:
                     "principal": self.snap["principal"],
                     "record": bool(self.snap.get("record")),
                     "remaining": handoff["remaining"],
-                    "conf": self.conf,
+                    "conf": self.wire_conf,
                 },
                 result_type=dict,
                 activity_id=call["key"],
