@@ -11,6 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest_harness as ph
+
 TOOLS = '''
 import os
 import time
@@ -150,3 +152,24 @@ def wait_for(folder: Path, pattern: str, count: int = 1, timeout: float = 30.0) 
     while len(list(folder.glob(pattern))) < count:
         assert time.monotonic() < deadline, f"{count} {pattern} never appeared in {folder}"
         time.sleep(0.05)
+
+
+async def taken_over(
+    harness: ph.Harness, spec: Path, task: str, input: str, env: dict[str, str] | None = None
+) -> ph.RunResult:
+    """The result of a run whose first worker is SIGKILLed in its first tool attempt.
+
+    A second worker takes the run over.
+    """
+    first = WorkerProcess(spec, env={**(env or {}), "HANG_FIRST": "1"})
+    second = None
+    try:
+        handle = await harness.submit(task, input, principal="ann")
+        wait_for(spec.parent / "effects", "hanging-*")
+        first.kill()
+        second = WorkerProcess(spec, env=env)
+        return await handle.result()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import pytest_harness as ph
-from tests.temporal.helpers import WorkerProcess, make_spec, wait_for
+from tests.temporal.helpers import WorkerProcess, make_spec, taken_over
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
@@ -60,18 +60,8 @@ async def test_a_worker_replaying_a_run_does_not_tell_the_hooks_again(
         finally:
             worker.stop()
         assert clean.status is ph.RunStatus.COMPLETED, clean.error
-        first = WorkerProcess(spec, env={**env, "HANG_FIRST": "1"})
-        second = None
-        try:  # the first worker dies in the tool; the second replays the history, goes on
-            handle = await harness.submit("small_refunds", "refund A-2", principal="ann")
-            wait_for(tmp_path / "effects", "hanging-*")
-            first.kill()
-            second = WorkerProcess(spec, env=env)
-            moved = await handle.result()
-        finally:
-            first.stop()
-            if second is not None:
-                second.stop()
+        # the first worker dies in the tool; the second replays the history and goes on
+        moved = await taken_over(harness, spec, "small_refunds", "refund A-2", env)
     assert moved.status is ph.RunStatus.COMPLETED, moved.error
     expected = [(line["phase"], line["status"]) for line in told(tmp_path, clean.run_id)]
     assert expected[0] == ("run.started", "running") and expected[-1][1] == "completed"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import pytest_harness as ph
-from tests.temporal.helpers import WorkerProcess, make_spec, wait_for
+from tests.temporal.helpers import WorkerProcess, make_spec, taken_over, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
@@ -21,19 +21,8 @@ async def test_idempotent_call_is_retried_with_the_same_key_and_takes_effect_onc
     tmp_path: Path, temporal_server: str
 ) -> None:
     spec = make_spec(tmp_path, temporal_server)
-    first = WorkerProcess(spec, env={"HANG_FIRST": "1"})
-    second = None
-    try:
-        async with ph.load(spec) as harness:
-            handle = await harness.submit("small_refunds", "refund A-1", principal="ann")
-            wait_for(tmp_path / "effects", "hanging-*")
-            first.kill()
-            second = WorkerProcess(spec)
-            result = await handle.result()
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
+    async with ph.load(spec) as harness:
+        result = await taken_over(harness, spec, "small_refunds", "refund A-1")
     assert result.status is ph.RunStatus.COMPLETED, result.error
     calls = _calls(tmp_path)
     assert [c[0] for c in calls] == ["refund", "refund"]
