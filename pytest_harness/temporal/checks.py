@@ -22,10 +22,13 @@ from pytest_harness.runtime.approval_checks import (
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.temporal.segment import approval_rows, record_of
 
-__all__ = ["FATAL", "check_approval", "check_resolution", "fatal", "open_approvals"]
+__all__ = ["FATAL", "RESTING", "check_approval", "check_resolution", "fatal", "open_approvals"]
 
 FATAL = ("SpecDigestMismatch", "UnknownTask", "SpecError")
 """Activity failures never retried: the run ends `failed` with the error."""
+
+RESTING = "RunResting"
+"""The `wait` update's refusal: the run already ended or suspended (read it with a query)."""
 
 
 def fatal(exc: ActivityError) -> bool:

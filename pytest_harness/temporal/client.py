@@ -47,6 +47,7 @@ from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
+from pytest_harness.temporal.checks import RESTING
 from pytest_harness.temporal.grading import PendingGrades, graded
 from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.segment import record_of
@@ -226,14 +227,7 @@ class TemporalHarness(Harness):
         handle = await self._handle(run_id)
         try:
             if rested:
-                try:
-                    snap: dict[str, Any] = await handle.execute_update("wait", result_type=dict)
-                    return snap
-                except RPCError as exc:
-                    # The workflow ended as the update arrived (its wording varies by server
-                    # and by race): `describe` below says which end, or that there is none.
-                    if exc.status is not RPCStatusCode.NOT_FOUND:
-                        raise
+                await self._until_rested(handle)
             desc = await handle.describe()
             if desc.status is WorkflowExecutionStatus.COMPLETED:
                 done: dict[str, Any] = await handle.result()
@@ -259,6 +253,29 @@ class TemporalHarness(Harness):
             if exc.status is RPCStatusCode.NOT_FOUND:
                 raise UnknownRun(run_id) from None
             raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
+
+    @staticmethod
+    async def _until_rested(handle: WorkflowHandle[Any, Any]) -> None:
+        """Return once the run ends or suspends.
+
+        The `wait` update blocks while the run is under way; at rest it is refused, which
+        leaves nothing in the workflow's history (however often a run is read). A run that
+        rested and went on again before this reads it is waited for again.
+        """
+        while True:
+            try:
+                await handle.execute_update("wait")
+            except WorkflowUpdateFailedError as exc:
+                cause = exc.cause
+                if isinstance(cause, ApplicationError) and cause.type == RESTING:
+                    return
+                raise
+            except RPCError as exc:
+                # The workflow ended as the update arrived (its wording varies by server and
+                # by race): the caller's `describe` says which end, or that there is none.
+                if exc.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                return
 
     async def _rested(self, run_id: str) -> RunResult:
         return result_of(await self._snapshot(run_id, rested=True))

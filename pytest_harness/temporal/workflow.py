@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from pytest_harness.runtime.results import RunStatus
     from pytest_harness.store.base import JOURNAL_FORMAT
     from pytest_harness.temporal.answers import named_error, request_payload
+    from pytest_harness.temporal.checks import RESTING
     from pytest_harness.temporal.conversation import UNKNOWN
 
 __all__ = ["HarnessRun"]
@@ -373,7 +374,7 @@ class HarnessRun:
             }
         )
         if checks.open_approvals(self.snap) or self.snap["status"] != "awaiting_approval":
-            return self.snap
+            return self._bare()
         return await self._resume({"op": "decide"})
 
     @approve.validator
@@ -395,16 +396,23 @@ class HarnessRun:
     async def resume(self) -> dict[str, Any]:
         """Continue a paused run (a run that still waits for an answer stays as it is)."""
         if self.snap["status"] != "paused":
-            return self.snap
+            return self._bare()
         return await self._resume({"op": "drive"})
 
+    def _resting(self) -> bool:
+        return bool(self.snap["status"] != "running" and self.next is None)
+
     @workflow.update(name="wait")
-    async def wait(self) -> dict[str, Any]:
-        """The run once it ends or suspends (at once when it already rests)."""
-        await workflow.wait_condition(
-            lambda: self.snap["status"] != "running" and self.next is None
-        )
-        return self.snap
+    async def wait(self) -> None:
+        """Return once the run ends or suspends (then read it with the `snapshot` query)."""
+        await workflow.wait_condition(self._resting)
+
+    @wait.validator
+    def _check_wait(self) -> None:
+        # A run at rest refuses the wait: a refused update leaves nothing in the history, so
+        # a reader polling a run that waits for days never makes its history grow.
+        if self._resting():
+            raise ApplicationError("the run rests", type=RESTING)
 
     @workflow.update(name="control")
     async def control(self, what: str) -> dict[str, Any]:
@@ -414,14 +422,14 @@ class HarnessRun:
         """
         status = self.snap["status"]
         if status in _ENDED or (what == "pause" and status == "paused"):
-            return self.snap
+            return self._bare()
         self.snap["control"] = what
         if status in _WAITING and self.next is None:
             return await self._resume({"op": "control"})
-        return self.snap
+        return self._bare()
 
     async def _resume(self, op: dict[str, Any]) -> dict[str, Any]:
         mark = self.settled
         self.next = op
         await workflow.wait_condition(lambda: self.settled > mark)
-        return self.snap
+        return self._bare()

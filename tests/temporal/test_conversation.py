@@ -104,3 +104,44 @@ async def test_a_run_sends_its_conversation_once_and_again_to_a_new_worker(
     assert all(
         "history" not in i["conf"] for i in await _model_inputs(temporal_server, done.run_id)
     )
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_reading_a_waiting_run_leaves_its_history_as_it_is(
+    tmp_path: Path, temporal_server: str
+) -> None:
+    spec = make_spec(tmp_path, temporal_server)
+    worker = WorkerProcess(spec)
+    try:
+        async with ph.load(spec) as harness:
+            waiting = await harness.run(
+                "refunds", "refund A-1", principal="ann", idempotency_key="k"
+            )
+            assert waiting.status is ph.RunStatus.AWAITING_APPROVAL and waiting.approval
+            client = await Client.connect(temporal_server)
+            handle = client.get_workflow_handle(waiting.run_id)
+            before = len((await handle.fetch_history()).events)
+            for _ in range(20):  # the same run asked for again and again, waited for each time
+                again = await harness.run(
+                    "refunds", "refund A-1", principal="ann", idempotency_key="k"
+                )
+                assert (again.run_id, again.status) == (waiting.run_id, waiting.status)
+            assert len((await handle.fetch_history()).events) == before
+            fin = ph.Principal("fin", roles=("finance",))
+            done = await harness.approve(
+                waiting.run_id, waiting.approval.approval_id, "approve", approver=fin
+            )
+            assert done.status is ph.RunStatus.COMPLETED, done.error
+            history = await handle.fetch_history()
+    finally:
+        worker.stop()
+    # updates answer with the run's state, never with its journal or events
+    answers = [
+        e.workflow_execution_update_completed_event_attributes.outcome.success.payloads
+        for e in history.events
+        if e.HasField("workflow_execution_update_completed_event_attributes")
+    ]
+    data = [p[0].data for p in answers if p]
+    assert any(b'"state"' in d for d in data)
+    assert not any(b'"journal"' in d or b'"events"' in d for d in data)
