@@ -173,9 +173,13 @@ def estimate_request_tokens(request: ModelRequest) -> int:
     return max(1, (size + 3) // 4)
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""`json.dumps(…, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`, made once."""
+
+
 def canonical_json(content: Any) -> str:
     """The canonical JSON of `content`: sorted keys, no spaces, text as it is (not escaped)."""
-    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(content)
 
 
 def text_digest(canonical: str) -> str:

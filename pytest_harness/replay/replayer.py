@@ -130,6 +130,8 @@ async def replay(
             )
             result = await twin.result(record.run_id)
         replayed = await Recording.from_store(twin.store, record.run_id)
+    # Redacted once: the trace, the request comparison and the report all use this copy.
+    replayed_shown = replayed.redacted()
     # A report leaves the store: both sides are compared and shown redacted (DESIGN §6).
     recorded_trace, replayed_trace = recording.trace, result.trace
     if tools is not None:
@@ -140,12 +142,12 @@ async def replay(
     else:
         recorded_trace = Trace.from_list(redact(recorded_trace.to_list()))
         if replayed.trace == replayed_trace:  # the same trace, redacted with its recording
-            replayed_trace = replayed.redacted().trace
+            replayed_trace = replayed_shown.trace
         else:
             replayed_trace = Trace.from_list(redact(replayed_trace.to_list()))
     decisions = () if divergence else diff_decisions(recorded_trace, replayed_trace)
     shown = _shown(recording)
-    requests = request_changes(shown, replayed.redacted(), tape.requests)
+    requests = request_changes(shown, replayed_shown, tape.requests)
     not_regraded: tuple[str, ...] = ()
     if harness.evals is not None and divergence is None:  # graders in the gate (evals/)
         from pytest_harness.evals.replay import regrade
@@ -153,9 +155,8 @@ async def replay(
         grading = await regrade(harness, recording, result)
         decisions += grading.changes
         not_regraded = grading.not_regraded
-        replayed = replace(replayed, grades=grading.grades)
+        replayed_shown = replace(replayed, grades=grading.grades).redacted()
     output = redact(result.output)
-    replayed = replayed.redacted()
     return ReplayReport(
         task=recording.task,
         run_id=recording.run_id,
@@ -170,7 +171,7 @@ async def replay(
         model_answers_used=(tape.turns_used, len(tape.turns)),
         divergence=divergence,
         not_regraded=not_regraded,
-        replayed=replace(replayed, run_id=None, source=recording.source),
+        replayed=replace(replayed_shown, run_id=None, source=recording.source),
     )
 
 

@@ -16,9 +16,19 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Protocol
 
-from pytest_harness.runtime.ids import uuid4_hex, uuid4_text
+from pytest_harness.runtime.ids import unique_text, uuid4_hex, uuid4_text
 
-__all__ = ["REAL", "Source", "id_hex", "id_text", "monotonic", "new_id", "now", "using"]
+__all__ = [
+    "REAL",
+    "Source",
+    "entry_id",
+    "id_hex",
+    "id_text",
+    "monotonic",
+    "new_id",
+    "now",
+    "using",
+]
 
 
 class Source(Protocol):
@@ -79,6 +89,13 @@ def id_text() -> str:
     """A fresh id in its 8-4-4-4-12 form (`str(new_id())`), made quickly by default."""
     source = _source.get()
     return uuid4_text() if source is None else str(source.new_id())
+
+
+def entry_id() -> str:
+    """A unique id in the form of `id_text()`: by default counted on from a per-process random
+    prefix (`ids.unique_text`, no system call), else the bound source's next UUID."""
+    source = _source.get()
+    return unique_text() if source is None else str(source.new_id())
 
 
 @contextlib.contextmanager

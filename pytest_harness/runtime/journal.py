@@ -64,10 +64,10 @@ def draft(
     attempt_id: str | None = None,
     execution_key: str | None = None,
 ) -> JournalDraft:
-    """A new journal entry with a fresh UUID and the current time."""
+    """A new journal entry with a fresh id (`clock.entry_id`) and the current time."""
     assert kind in KINDS, kind
     return JournalDraft(
-        id=clock.id_text(),
+        id=clock.entry_id(),
         kind=kind,
         step=step,
         ts=clock.now(),
