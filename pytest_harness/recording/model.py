@@ -245,26 +245,47 @@ class Recording:
 
         return write_recording(self, Path(path), overwrite=overwrite)
 
-    def redacted(self) -> Recording:
+    def redacted(self, *, known: Mapping[str, tuple[Any, Any]] | None = None) -> Recording:
         """A copy with credentials redacted in every field, consistently (DESIGN §6).
 
         Credential-shaped keys and secret shapes in free text, in the input, principal,
         labels, history, model turns, tool calls and results, approvals (arguments, approver
         and reason), output, error and trace: everything a golden file or a report shows.
         Redaction is idempotent, so the copy's own `redacted()` is the copy itself.
+
+        `known` maps `system`, `tool_schemas` or `trace` to a value and its redacted form,
+        already worked out: a field equal to the value takes that form (redaction is
+        deterministic), as a replay does with the parts it shares with its recording.
         """
         if self._redacted:
             return self
+        known = known or {}
+
+        def reuse(name: str, value: Any) -> tuple[bool, Any]:
+            pair = known.get(name)
+            if pair is not None and pair[0] == value:
+                return True, pair[1]
+            return False, None
+
+        found, system = reuse("system", self.system)
+        if not found:
+            system = redact(self.system)
+        found, tool_schemas = reuse("tool_schemas", self.tool_schemas)
+        if not found:
+            tool_schemas = (
+                None if self.tool_schemas is None else tuple(redact(list(self.tool_schemas)))
+            )
+        found, trace = reuse("trace", self.trace)
+        if not found:
+            trace = Trace.from_list(redact(self.trace.to_list()))
         done = replace(
             self,
             input=redact(self.input),
             principal=redact(self.principal),
             labels=redact(self.labels),
             history=tuple(redact(list(self.history))),
-            system=redact(self.system),
-            tool_schemas=None
-            if self.tool_schemas is None
-            else tuple(redact(list(self.tool_schemas))),
+            system=system,
+            tool_schemas=tool_schemas,
             model_turns=tuple(
                 replace(
                     t,
@@ -288,7 +309,7 @@ class Recording:
             ),
             output=redact(self.output),
             error=None if self.error is None else redact(self.error),
-            trace=Trace.from_list(redact(self.trace.to_list())),
+            trace=trace,
             grades=tuple(redact([dict(g) for g in self.grades])),
         )
         object.__setattr__(done, "_redacted", True)

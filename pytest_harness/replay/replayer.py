@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_harness.errors import ApprovalDenied, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
@@ -130,9 +130,14 @@ async def replay(
             )
             result = await twin.result(record.run_id)
         replayed = await Recording.from_store(twin.store, record.run_id)
-    # Redacted once: the trace, the request comparison and the report all use this copy.
-    replayed_shown = replayed.redacted()
     # A report leaves the store: both sides are compared and shown redacted (DESIGN §6).
+    # The replay's recording is redacted once, taking the parts equal to its recording's in
+    # the form they were redacted to for the report (redaction is deterministic).
+    shown = _shown(recording)
+    known: dict[str, tuple[Any, Any]] = {
+        "system": (recording.system, shown.system),
+        "tool_schemas": (recording.tool_schemas, shown.tool_schemas),
+    }
     recorded_trace, replayed_trace = recording.trace, result.trace
     if tools is not None:
         # Real tool results are raw, a golden file's are redacted: compare both redacted.
@@ -141,12 +146,14 @@ async def replay(
         replayed_trace = Trace.from_list(comparable(replayed_trace.to_list()))
     else:
         recorded_trace = Trace.from_list(redact(recorded_trace.to_list()))
+        known["trace"] = (recording.trace, recorded_trace)
+    replayed_shown = replayed.redacted(known=known)
+    if tools is None:
         if replayed.trace == replayed_trace:  # the same trace, redacted with its recording
             replayed_trace = replayed_shown.trace
         else:
             replayed_trace = Trace.from_list(redact(replayed_trace.to_list()))
     decisions = () if divergence else diff_decisions(recorded_trace, replayed_trace)
-    shown = _shown(recording)
     requests = request_changes(shown, replayed_shown, tape.requests)
     not_regraded: tuple[str, ...] = ()
     if harness.evals is not None and divergence is None:  # graders in the gate (evals/)
@@ -155,7 +162,7 @@ async def replay(
         grading = await regrade(harness, recording, result)
         decisions += grading.changes
         not_regraded = grading.not_regraded
-        replayed_shown = replace(replayed, grades=grading.grades).redacted()
+        replayed_shown = replace(replayed, grades=grading.grades).redacted(known=known)
     output = redact(result.output)
     return ReplayReport(
         task=recording.task,
