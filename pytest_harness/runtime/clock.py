@@ -92,8 +92,11 @@ def id_text() -> str:
 
 
 def entry_id() -> str:
-    """A unique id in the form of `id_text()`: by default counted on from a per-process random
-    prefix (`ids.unique_text`, no system call), else the bound source's next UUID."""
+    """A unique id in the form of `id_text()`, for a journal entry.
+
+    By default counted on from a per-process random prefix (`ids.unique_text`, no system
+    call); else the bound source's next UUID.
+    """
     source = _source.get()
     return unique_text() if source is None else str(source.new_id())
 

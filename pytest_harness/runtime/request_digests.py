@@ -59,14 +59,54 @@ def _fixed_parts(request: ModelRequest, content: dict[str, Any]) -> dict[str, st
     return found.canonical
 
 
+_MESSAGE_LENGTH = 4096
+"""Messages up to this length of canonical JSON keep their redacted form (`_messages`)."""
+
+_CACHED_MESSAGES = 1024
+"""How many messages' redacted forms are remembered (at most 1,024 of 4 KiB or less)."""
+
+_messages: dict[str, tuple[str, bool]] = {}
+"""Canonical JSON of a message → that of its redacted form, and whether that holds an id."""
+
+
+def _messages_canonical(messages: Any) -> str | None:
+    """Canonical JSON of `redact(messages)`, message by message; None when one holds an id.
+
+    A run's requests repeat its earlier messages, so each message's redacted form is kept
+    by its own canonical JSON (redaction depends on nothing else): a message seen before
+    costs one encoding, not a redaction, an id scan and an encoding. A message that cannot
+    be encoded (or messages that are not a list) go the whole way, failing as they did.
+    """
+    if type(messages) is not list and type(messages) is not tuple:
+        return None
+    parts = []
+    for message in messages:
+        try:
+            raw = canonical_json(message)
+        except (TypeError, ValueError, RecursionError):
+            return None
+        found = _messages.get(raw)
+        if found is None:
+            redacted = redact(message)
+            found = (canonical_json(redacted), holds_ids(redacted))
+            if len(raw) <= _MESSAGE_LENGTH:
+                if len(_messages) >= _CACHED_MESSAGES:
+                    _messages.clear()
+                _messages[raw] = found
+        if found[1]:
+            return None
+        parts.append(found[0])
+    return f"[{','.join(parts)}]"
+
+
 def request_digests(request: ModelRequest, content: dict[str, Any]) -> tuple[str, dict[str, str]]:
     """The digest of `content` (`request.content()`) as recordings compare it, and its parts'."""
     canonical: dict[str, str] = {}
     fixed = _fixed_parts(request, content)
     if fixed is not None:
-        messages = redact(content["messages"])
-        if not holds_ids(messages):
-            canonical = {**fixed, "messages": canonical_json(messages)}
+        messages = _messages_canonical(content["messages"])
+        if messages is not None:
+            canonical = {**fixed, "messages": messages}
     if not canonical:
         seen = comparable(content)  # ids somewhere: numbered across the whole request
         canonical = {part: canonical_json(seen[part]) for part in PARTS}

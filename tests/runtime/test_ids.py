@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import uuid
 
-from pytest_harness.runtime.ids import uuid4_hex, uuid4_text
+import pytest
+
+from pytest_harness.runtime import ids
+from pytest_harness.runtime.ids import unique_text, uuid4_hex, uuid4_text
 
 
 def test_hex_ids_are_version_4_uuids_and_differ() -> None:
@@ -28,3 +33,39 @@ def test_text_ids_have_the_dashed_form_of_str_uuid4() -> None:
         parsed = uuid.UUID(text)
         assert str(parsed) == text
         assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+
+
+def test_unique_ids_have_the_form_of_str_uuid4_and_never_repeat() -> None:
+    seen = [unique_text() for _ in range(5000)]
+    assert len(set(seen)) == len(seen)
+    for text in seen[:200]:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+
+
+def test_unique_ids_draw_a_new_prefix_when_the_count_runs_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prefix, _ = ids._drawn
+    monkeypatch.setattr(ids, "_drawn", (prefix, iter([(1 << 48) - 1, 1 << 48])))
+    last = unique_text()
+    assert last == f"{prefix}ffffffffffff"
+    following = unique_text()
+    assert not following.startswith(prefix)
+    assert uuid.UUID(following).version == 4
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork")
+def test_a_forked_child_draws_its_own_prefix() -> None:
+    unique_text()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, unique_text().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child[:24] != unique_text()[:24]

@@ -74,3 +74,21 @@ def test_another_prompt_or_schemas_object_is_not_taken_for_a_remembered_one() ->
         digest, parts = request_digests(req, req.content())
         assert (digest, parts) == expected(req)
         assert digest != expected(first)[0]
+
+
+def test_a_remembered_message_gives_the_digests_of_its_content_whatever_its_form() -> None:
+    """Messages are remembered by their canonical JSON: the same content in another form (a
+    tuple for a list, a secret in a JSON string, an id) digests as the comparable request."""
+    call = {"id": "c1", "name": "refund", "args": {"amount": 25, "token": "abc"}}
+    turns: list[list[Message]] = [
+        [USER],
+        [USER, {"role": "assistant", "content": None, "tool_calls": [call]}],
+        [USER, {"role": "assistant", "content": None, "tool_calls": (dict(call),)}],  # type: ignore[typeddict-item]
+        [USER, {"role": "tool", "content": '{"password": "hunter22", "ok": true}'}],
+        [USER, {"role": "tool", "content": f'{{"run": "{RUN}"}}'}],
+        [USER, {"role": "user", "content": "Refund $25 on A-1001. "}],
+    ]
+    for _ in range(2):  # the second time, every message is remembered
+        for messages in turns:
+            req = request("You help.", messages)
+            assert request_digests(req, req.content()) == expected(req)
