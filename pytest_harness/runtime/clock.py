@@ -21,7 +21,7 @@ from pytest_harness.runtime.ids import unique_text, uuid4_hex, uuid4_text
 __all__ = [
     "REAL",
     "Source",
-    "entry_id",
+    "entry_stamp",
     "id_hex",
     "id_text",
     "monotonic",
@@ -91,14 +91,16 @@ def id_text() -> str:
     return uuid4_text() if source is None else str(source.new_id())
 
 
-def entry_id() -> str:
-    """A unique id in the form of `id_text()`, for a journal entry.
+def entry_stamp() -> tuple[str, float]:
+    """A journal entry's id and time: a unique id in the form of `id_text()`, and `now()`.
 
-    By default counted on from a per-process random prefix (`ids.unique_text`, no system
-    call); else the bound source's next UUID.
+    By default the id is counted on from a per-process random prefix (`ids.unique_text`, no
+    system call); else it is the bound source's next UUID, and the time its clock's.
     """
     source = _source.get()
-    return unique_text() if source is None else str(source.new_id())
+    if source is None:
+        return unique_text(), time.time()
+    return str(source.new_id()), source.now()
 
 
 @contextlib.contextmanager

@@ -64,17 +64,37 @@ def draft(
     attempt_id: str | None = None,
     execution_key: str | None = None,
 ) -> JournalDraft:
-    """A new journal entry with a fresh id (`clock.entry_id`) and the current time."""
+    """A new journal entry with a fresh id (`clock.entry_stamp`) and the current time."""
     assert kind in KINDS, kind
-    return JournalDraft(
-        id=clock.entry_id(),
-        kind=kind,
-        step=step,
-        ts=clock.now(),
-        payload=dict(payload),
-        attempt_id=attempt_id,
-        execution_key=execution_key,
-    )
+    return _draft(kind, payload, step, attempt_id, execution_key)
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _draft(
+    kind: str,
+    payload: Mapping[str, Any],
+    step: int,
+    attempt_id: str | None,
+    execution_key: str | None,
+) -> JournalDraft:
+    """`JournalDraft(...)` of a fresh entry, made without the keyword call.
+
+    Its fields are set as the frozen class's own `__init__` sets them (`object.__setattr__`;
+    it has no `__post_init__`): a recorded run notes some thirty entries.
+    """
+    entry_id, ts = clock.entry_stamp()
+    entry: JournalDraft = _new(JournalDraft)
+    _set(entry, "id", entry_id)
+    _set(entry, "kind", kind)
+    _set(entry, "step", step)
+    _set(entry, "ts", ts)
+    _set(entry, "payload", dict(payload))
+    _set(entry, "attempt_id", attempt_id)
+    _set(entry, "execution_key", execution_key)
+    return entry
 
 
 class Journal:
@@ -104,9 +124,8 @@ class Journal:
     ) -> None:
         """Queue an entry for the next commit."""
         if self.recording and (self.kinds is None or kind in self.kinds):
-            self.pending.append(
-                draft(kind, payload, step=step, attempt_id=attempt_id, execution_key=execution_key)
-            )
+            assert kind in KINDS, kind
+            self.pending.append(_draft(kind, payload, step, attempt_id, execution_key))
 
     def for_commit(
         self, events: Sequence[EventDraft], step: int, checkpoint: Mapping[str, Any] | None

@@ -270,3 +270,44 @@ async def test_an_error_outside_a_tool_is_journaled_as_command_failed(app) -> No
     (entry,) = [e for e in journal if e.kind == "command.failed"]
     assert entry.payload == {"command": "drive", "type": "RuntimeError", "message": "bug"}
     assert journal[-1].kind == "checkpoint" and journal[-1].payload["status"] == "failed"
+
+
+async def test_a_noted_entry_is_the_draft_its_class_would_make() -> None:
+    """`Journal.note` builds its `JournalDraft` without the keyword call: the same value."""
+    from dataclasses import fields, replace
+
+    from pytest_harness.runtime.journal import Journal
+    from pytest_harness.store.base import JournalDraft
+
+    assert not hasattr(JournalDraft, "__post_init__")
+    journal = Journal(True)
+    payload = {"name": "refund", "args": {"amount": 25}}
+    journal.note("tool.dispatched", payload, step=2, attempt_id="att_1", execution_key="exk_1")
+    journal.note("checkpoint", {"status": "completed"}, step=3)
+    made = journal.pending
+    assert [type(entry) for entry in made] == [JournalDraft, JournalDraft]
+    assert made[0] == JournalDraft(
+        id=made[0].id,
+        kind="tool.dispatched",
+        step=2,
+        ts=made[0].ts,
+        payload=payload,
+        attempt_id="att_1",
+        execution_key="exk_1",
+    )
+    assert made[0].payload is not payload  # a copy, as before
+    assert made[1] == replace(made[1], attempt_id=None, execution_key=None)
+    assert made[0].id != made[1].id and made[0].ts <= made[1].ts
+    assert {f.name for f in fields(JournalDraft)} == {
+        "id",
+        "kind",
+        "step",
+        "ts",
+        "payload",
+        "attempt_id",
+        "execution_key",
+    }
+    with pytest.raises(AttributeError):
+        made[0].kind = "event"  # type: ignore[misc]
+    with pytest.raises(AssertionError):
+        journal.note("no.such.kind", {}, step=1)
