@@ -118,11 +118,14 @@ class Recording:
         checkpoint: Mapping[str, Any] | None = None
         sent: dict[str, Any] = {"system": None, "tools": [], "messages": []}
         for item in entries:
-            entry = item.to_dict() if isinstance(item, JournalEntry) else item
-            kind, payload = entry["kind"], entry["payload"]
-            attempt = entry.get("attempt_id")
+            if isinstance(item, JournalEntry):  # read as it is, not copied into a record first
+                kind, payload, attempt = item.kind, item.payload, item.attempt_id
+                entry_run: Any = item.run_id
+            else:
+                kind, payload = item["kind"], item["payload"]
+                attempt, entry_run = item.get("attempt_id"), item.get("run_id")
             if kind == "run.started":
-                started, run_id = payload, run_id or entry.get("run_id")
+                started, run_id = payload, run_id or entry_run
             elif kind == "model.started":
                 requests[str(attempt)] = (payload["model"], _whole(payload, sent))
             elif kind in ("model.response", "model.failed") and str(attempt) in requests:

@@ -33,9 +33,13 @@ from pytest_harness.tools.registry import ToolOutcome
 __all__ = ["Tape", "TapeModel", "TapeTool", "recorded_answer"]
 
 
+_KEY_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+"""`json.dumps(…, sort_keys=True, separators=(",", ":"))`, made once."""
+
+
 def _key(name: str, args: Mapping[str, Any]) -> str:
     """Tool calls match by name and arguments (compared as canonical, redacted JSON)."""
-    return name + json.dumps(redact(dict(args)), sort_keys=True, separators=(",", ":"))
+    return name + _KEY_JSON.encode(redact(dict(args)))
 
 
 def _raised(name: str, message: str) -> Exception:
