@@ -60,4 +60,5 @@ def unique_text() -> str:
     return f"{prefix}{n:012x}"
 
 
-os.register_at_fork(after_in_child=_draw)
+if hasattr(os, "register_at_fork"):  # POSIX: a forked child never counts on its parent's ids
+    os.register_at_fork(after_in_child=_draw)

@@ -49,17 +49,30 @@ _ENCODER = json.JSONEncoder(
     check_circular=False,  # a cycle ends in RecursionError, as deep nesting does: both caught
 )
 
-_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
-_encode: Callable[[object], str] = _ENCODER.encode
-if _c_make_encoder is not None:
-    # What `_ENCODER.encode` runs, made once: with no circular check the C encoder keeps no
-    # state between calls, and a store encodes some fifty payloads a run (DESIGN §12).
-    _C_ENCODER = _c_make_encoder(
-        None, _json_default, json.encoder.encode_basestring, None, ":", ",", False, False, False
-    )
 
-    def _encode(value: object) -> str:
-        return "".join(_C_ENCODER(value, 0))
+def _c_encoder() -> Callable[[object], str] | None:
+    """What `_ENCODER.encode` runs, made once; None when this Python has no C encoder.
+
+    With no circular check the C encoder keeps no state between calls, and a store encodes
+    some fifty payloads a run (DESIGN §12).
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    try:
+        encoder = make(  # type: ignore[misc]
+            None, _json_default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+        )
+        if "".join(encoder({"a": [1.5, None, "é"]}, 0)) != '{"a":[1.5,null,"é"]}':
+            return None
+    except TypeError:  # none, or another signature
+        return None
+
+    def encode(value: object) -> str:
+        return "".join(encoder(value, 0))
+
+    return encode
+
+
+_encode: Callable[[object], str] = _c_encoder() or _ENCODER.encode
 
 
 def encode_json(value: object, what: str) -> str:
