@@ -227,6 +227,18 @@ class SQLiteConnection:
         last = self._last
         return last is None or last.done()
 
+    def _inline(self, size: int) -> bool:
+        """Whether a write of `size` bytes may run inline on the loop's thread.
+
+        Not while a checkpoint lags behind the writes (another `_CHECKPOINT_PAGES` written
+        since it was queued): the write then queues on the worker thread behind it, so a
+        checkpoint slowed by a busy disk holds writers back instead of letting the WAL grow.
+        """
+        if size > _INLINE_BYTES or not self._idle():
+            return False
+        pending = self._checkpointing
+        return pending is None or pending.done() or self._wal_pages < _CHECKPOINT_PAGES
+
     async def _q(
         self,
         what: str,
@@ -267,7 +279,7 @@ class SQLiteConnection:
             conn = await self._db()
         if size is None:
             size = _text_bytes(params)
-        if size <= _INLINE_BYTES and self._idle():
+        if self._inline(size):
             try:
                 if self._busy_ms:
                     conn.execute("PRAGMA busy_timeout = 0")
@@ -294,7 +306,7 @@ class SQLiteConnection:
         conn = self._conn
         if conn is None or self._pid != os.getpid():
             conn = await self._db()
-        if size <= _INLINE_BYTES and self._idle():
+        if self._inline(size):
             try:
                 if self._busy_ms:
                     conn.execute("PRAGMA busy_timeout = 0")

@@ -24,7 +24,11 @@ from pytest_harness.errors import StoreError
 from pytest_harness.store import EventDraft, NewApproval, NewRun, SQLiteStore
 from pytest_harness.store.base import Sample
 from pytest_harness.store.sqlite import SCHEMA_VERSION
-from pytest_harness.store.sqlite_connection import _CHECKPOINT_PAGES, _WAL_PAGES_MAX
+from pytest_harness.store.sqlite_connection import (
+    _CHECKPOINT_PAGES,
+    _WAL_PAGES_MAX,
+    SQLiteConnection,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -478,6 +482,36 @@ async def test_inline_writes_are_checkpointed_off_the_loop_and_the_wal_stays_bou
         assert frames < _WAL_PAGES_MAX + 2 * _CHECKPOINT_PAGES < count * 3
         events = await store.events(record.run_id)
         assert [e.data for e in events[1:]] == [{"step": step} for step in range(count)]
+    finally:
+        await store.close()
+
+
+async def test_a_stalled_checkpoint_holds_writers_back_instead_of_growing_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first checkpoint stalls (a busy disk): later writes queue behind it."""
+    checkpoint = SQLiteConnection._checkpoint
+    stalls = [1.0]
+
+    def stalled(self: SQLiteConnection, conn: sqlite3.Connection | None) -> None:
+        if stalls:
+            time.sleep(stalls.pop())
+        checkpoint(self, conn)
+
+    monkeypatch.setattr(SQLiteConnection, "_checkpoint", stalled)
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path, synchronous="normal")
+    try:
+        record, _ = await store.create_run(new_run())
+        count = 3000
+        for step in range(count):
+            await store.commit(
+                record.run_id, 0, status="running", state={"step": step, "pad": "x" * 3000}
+            )
+        await store._q("t", "SELECT 1")
+        (page_size,) = (await store._q("t", "PRAGMA page_size"))[0]
+        frames = Path(f"{path}-wal").stat().st_size // (page_size + 24)
+        assert not stalls and frames < _WAL_PAGES_MAX + 2 * _CHECKPOINT_PAGES < count * 2
     finally:
         await store.close()
 

@@ -233,12 +233,14 @@ async def test_a_killed_workers_runs_are_recovered_by_another(worker_app: Worker
     ledger = app.ledger()
     # No lost result: each of the 12 calls has a finished invocation. A call the kill
     # interrupted (its victim's attempt never finished) ran again with the same execution
-    # key and the next attempt; no other call ran twice.
+    # key and the next attempt; no other call ran twice. (An attempt the victim committed as
+    # dispatched may have died before the tool's first line: the ledger then starts at 2.)
     keys = {entry[2] for entry in ledger}
     assert len(keys) == 12, (ledger, logs)
     for key in keys:
         starts = [e for e in ledger if e[0] == "start" and e[2] == key]
-        assert [e[3] for e in starts] == [str(i) for i in range(1, len(starts) + 1)]
+        attempts = [int(e[3]) for e in starts]
+        assert attempts == sorted(set(attempts)) and attempts[-1] <= 2, (ledger, logs)
         for earlier in starts[:-1]:
             assert earlier[4] == str(victim.pid), (ledger, logs)  # only the victim's repeated
         assert any(e[0] == "done" and e[2] == key for e in ledger)
