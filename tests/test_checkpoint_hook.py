@@ -335,6 +335,26 @@ tasks:
 
 
 @pytest.mark.asyncio
+async def test_a_replay_tells_the_hook_nothing(app, recorder: Recorder) -> None:
+    app.write(
+        """
+models:
+  default: {use: scripted, script: [{say: hello}]}
+tasks:
+  t: {prompt: p}
+""",
+        base=False,
+    )
+    async with ph.load(app.spec, record=True) as harness:
+        result = await harness.run("t", "hi", principal="ann")
+        told = list(recorder.calls)
+        report = await harness.replay(await ph.Recording.from_store(harness.store, result.run_id))
+    assert report.same
+    assert [c[1] for c in told] == ["run.started", "model.started", "run.ended"]
+    assert recorder.calls == told  # the replay's private run is not one of the app's runs
+
+
+@pytest.mark.asyncio
 async def test_the_hook_sees_an_interrupted_call_and_its_resolution(
     app, recorder: Recorder
 ) -> None:

@@ -99,6 +99,7 @@ async def replay(
         keep_requests=False,  # the replay's recording is compared and saved by digest only
         journal_kinds=DERIVED_FROM,  # and its journal keeps what that recording is made of
         durable=False,  # nothing resumes it: an attempt's start goes with its outcome
+        hooks=False,  # not a run of the app's: plugins counting runs never see it
     )
     divergence: Divergence | None = None
     async with twin:

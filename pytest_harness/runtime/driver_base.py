@@ -88,6 +88,9 @@ class DriveContext:
     durable: bool = True
     """Commit a recorded attempt's start before the model is asked. A replay's twin, on a
     private memory store nothing resumes from, sends it with the attempt's outcome instead."""
+    hooks: bool = True
+    """Tell the `harness_checkpoint` hooks of each committed boundary (a replay's twin, a
+    private run of a recording, tells none)."""
     spec_digest: str = ""
     hub: EventHub | None = None
     """Where committed and provisional events are announced to this process's streams."""
@@ -295,6 +298,8 @@ class DriverBase:
 
     def notify(self, status: RunStatus, phase: Boundary) -> None:
         """Tell the `harness_checkpoint` hooks that the run committed `phase` with `status`."""
+        if not self.ctx.hooks:
+            return
         notify_checkpoint(
             session_id=self.record.session_id,
             run_id=self.record.run_id,

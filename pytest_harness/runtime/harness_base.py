@@ -65,6 +65,7 @@ class HarnessBase:
         keep_requests: bool = True,
         journal_kinds: frozenset[str] | None = None,
         durable: bool = True,
+        hooks: bool = True,
         evals: EndedRuns | None = None,
     ) -> None:
         self.spec = spec
@@ -81,6 +82,8 @@ class HarnessBase:
         self._keep_requests = keep_requests
         self._journal_kinds = journal_kinds
         self._durable = durable
+        self._hooks = hooks
+        """Tell the `harness_checkpoint` hooks of its runs' boundaries (not a replay's twin)."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4_hex()[:8]}"
         self._opened = False
         self._closed = False
@@ -236,7 +239,7 @@ class HarnessBase:
                 lease_ttl=self.spec.document.state.lease,
             )
         )
-        if created:
+        if created and self._hooks:
             notify_checkpoint(
                 session_id=stored.session_id,
                 run_id=stored.run_id,
@@ -307,6 +310,7 @@ class HarnessBase:
                     keep_requests=self._keep_requests,
                     journal_kinds=self._journal_kinds,
                     durable=self._durable,
+                    hooks=self._hooks,
                     spec_digest=self.spec.digest,
                     hub=self._hub,
                     stopping=lambda: self._stopping,
