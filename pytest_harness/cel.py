@@ -23,6 +23,7 @@ __all__ = [
     "CelSyntaxError",
     "argument_reads",
     "compile_expression",
+    "tool_conjunct",
 ]
 
 _POSITION = re.compile(r"<input>:(\d+):(\d+):\s*(.*)")
@@ -61,6 +62,10 @@ class CelProgram:
     source: str
     program: Any
     variables: frozenset[str]
+    tool: str | None = None
+    """The tool an expression `tool == "…" && …` is about (see `tool_conjunct`): for any other
+    tool it is false whatever the rest says (CEL's `&&` is false when either side is, even when
+    the other side is an error), so it is not run."""
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         """Run the expression; raise `CelError` naming the expression when it cannot.
@@ -68,6 +73,11 @@ class CelProgram:
         Only the variables the expression names are handed to CEL (when the bindings say which
         it names): converting the others would cost time and change nothing.
         """
+        tool = self.tool
+        if tool is not None:
+            given_tool = variables.get("tool")
+            if type(given_tool) is str and given_tool != tool:
+                return False
         names = self.variables
         if names:
             given = {name: variables[name] for name in names if name in variables}
@@ -110,11 +120,7 @@ _Token = tuple[str, str]
 
 def argument_reads(source: str) -> ArgumentReads:
     """Scan a condition for the `args` keys it reads and the tools it names (no evaluation)."""
-    tokens: list[_Token] = []
-    for match in _TOKEN.finditer(source):
-        kind = match.lastgroup or "op"
-        if kind != "space":
-            tokens.append((kind, match.group()))
+    tokens = _tokens(source)
 
     def at(i: int) -> _Token:
         return tokens[i] if 0 <= i < len(tokens) else ("", "")
@@ -144,6 +150,34 @@ def argument_reads(source: str) -> ArgumentReads:
             tools.append(_literal(text))
     names = tuple(dict.fromkeys(n for n in reads if n not in guarded))
     return ArgumentReads(names=names, tools=tuple(dict.fromkeys(tools)))
+
+
+def _tokens(source: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    for match in _TOKEN.finditer(source):
+        kind = match.lastgroup or "op"
+        if kind != "space":
+            tokens.append((kind, match.group()))
+    return tokens
+
+
+def tool_conjunct(source: str) -> str | None:
+    """The tool `T` of an expression `tool == "T" && …` that is a chain of `&&` only, else None.
+
+    Without `||` and `?:` anywhere in it (`&&` binds less tightly than anything else CEL has),
+    such an expression is `(tool == "T") && …`: false for any other tool.
+    """
+    tokens = _tokens(source)
+    if len(tokens) < 5 or tokens[:2] != [("name", "tool"), ("op", "==")]:
+        return None
+    kind, literal = tokens[2]
+    if kind != "string" or tokens[3] != ("op", "&&") or "\\" in literal:
+        return None
+    if literal[:1] not in ("'", '"') or literal[:3] in ("'''", '"""') or len(literal) < 2:
+        return None
+    if any(token in (("op", "||"), ("op", "?")) for token in tokens):
+        return None
+    return literal[1:-1]
 
 
 def _key_after(at: Callable[[int], _Token], i: int) -> str | None:
@@ -181,7 +215,8 @@ def compile_expression(source: str) -> CelProgram:
         names = frozenset(str(v).split(".")[0] for v in program.variables())
     except Exception:  # older bindings without introspection: nothing to check against
         names = frozenset()
-    return CelProgram(source=source, program=program, variables=names)
+    tool = tool_conjunct(source) if "tool" in names or not names else None
+    return CelProgram(source=source, program=program, variables=names, tool=tool)
 
 
 def _cel() -> ModuleType:

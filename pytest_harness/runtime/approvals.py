@@ -68,12 +68,13 @@ class CallApprovals(DriverBase):
                 "status": "planned",
                 "attempt": 0,
             }
-            self.journal.note(
-                "tool.started",
-                {"name": proposed.name, "args": dict(proposed.args), "call_id": proposed.id},
-                step=step,
-                execution_key=key,
-            )
+            if self.journal.recording:
+                self.journal.note(
+                    "tool.started",
+                    {"name": proposed.name, "args": dict(proposed.args), "call_id": proposed.id},
+                    step=step,
+                    execution_key=key,
+                )
             if proposed.name not in self.plan.tools:
                 call["verdict"] = "unknown"
             else:

@@ -25,7 +25,7 @@ from pytest_harness.runtime.journal import Journal, write_with_retries
 from pytest_harness.runtime.plan import TaskPlan
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
-from pytest_harness.runtime.state import RunState, result_from_state
+from pytest_harness.runtime.state import RunState, StateText, result_from_state
 from pytest_harness.runtime.trace import Decision
 from pytest_harness.store.base import EventDraft, NewApproval, RunRecord, Store
 
@@ -149,6 +149,8 @@ class DriverBase:
             waiting["carried"] = float(waiting.get("carried", 0.0)) + max(
                 0.0, alive - float(waiting["since"])
             )
+        self._state_text = StateText()
+        """The state's text for each commit, its entries encoded once (not at every commit)."""
         self.journal = Journal(record.record, kinds=ctx.journal_kinds)
         """The flight recorder's notes for the next commit (none when the run does not record)."""
         if resumed:
@@ -257,7 +259,7 @@ class DriverBase:
         # so the harness acts on it after this drive (the run must not resume on an answer).
         acted = self.control if status is RunStatus.PAUSED or status.ended else None
         run_id = self.record.run_id
-        state = self.state.to_dict()
+        state = self._state_text.prepared(self.state.to_dict())
         checkpoint = None
         if status is not RunStatus.RUNNING:
             checkpoint = {

@@ -301,22 +301,24 @@ class ModelCalls(DriverBase):
     def _end_attempt(self, kind: str, link: ModelLink, payload: dict[str, Any]) -> None:
         attempt = self.state.attempt
         self.state.attempt = None
-        self.journal.note(
-            kind,
-            {"model": link.name, **payload},
-            step=self.state.steps + 1,
-            attempt_id=None if attempt is None else attempt.get("id"),
-        )
+        if self.journal.recording:  # no payload to build for a run that does not record
+            self.journal.note(
+                kind,
+                {"model": link.name, **payload},
+                step=self.state.steps + 1,
+                attempt_id=None if attempt is None else attempt.get("id"),
+            )
         if attempt is not None:
             self._last_attempt = attempt.get("id")
 
     def _note_model(self, kind: str, link: ModelLink, payload: dict[str, Any]) -> None:
-        self.journal.note(
-            kind,
-            {"model": link.name, **payload},
-            step=self.state.steps,
-            attempt_id=self._last_attempt,
-        )
+        if self.journal.recording:
+            self.journal.note(
+                kind,
+                {"model": link.name, **payload},
+                step=self.state.steps,
+                attempt_id=self._last_attempt,
+            )
 
     def _request(self, link: ModelLink, arrived: asyncio.Event) -> ModelRequest:
         attempt_id = f"att_{id_hex()}"

@@ -26,8 +26,9 @@ from pytest_harness.runtime.results import (
     Usage,
 )
 from pytest_harness.runtime.trace import Trace
+from pytest_harness.store.helpers import PreparedJSON, json_text
 
-__all__ = ["RunState", "call_approvals", "result_from_state"]
+__all__ = ["RunState", "StateText", "call_approvals", "result_from_state"]
 
 STATE_VERSION = 1
 
@@ -157,6 +158,79 @@ class RunState:
             "usd": self.usd,
             "tool_calls": self.tool_calls,
         }
+
+
+class _ListText:
+    """The JSON text of one list of the state, its items encoded once each."""
+
+    __slots__ = ("items", "texts")
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        """The items encoded so far (held, so an identity seen here is never reused)."""
+        self.texts: list[str] = []
+
+    def text(self, value: list[Any]) -> str:
+        items, texts = self.items, self.texts
+        same, limit = 0, min(len(items), len(value))
+        while same < limit and items[same] is value[same]:
+            same += 1
+        if same < len(items):  # replaced or cut: encode from there on
+            del items[same:], texts[same:]
+        for item in value[same:]:
+            texts.append(json_text(item))
+            items.append(item)
+        return "[" + ",".join(texts) + "]"
+
+
+class StateText:
+    """The state's JSON text for each commit of one drive, each entry encoded once.
+
+    Its messages and trace entries are encoded once each instead of at every commit. A drive
+    only appends to `messages` and `trace`, and never changes an entry once it is appended (an
+    entry is built whole, then appended): the text of the entry at a place is reused while the
+    very same object is still there. The text is exactly what encoding the whole state gives,
+    and so are the errors (`store.helpers.PreparedJSON`).
+    """
+
+    __slots__ = ("_lists",)
+
+    _CACHED = ("messages", "trace")
+
+    def __init__(self) -> None:
+        self._lists = {key: _ListText() for key in self._CACHED}
+
+    def prepared(self, state: dict[str, Any]) -> PreparedJSON:
+        """`state` (from `RunState.to_dict`), taking its text from here when it is stored."""
+        return PreparedJSON(state, lambda: self._text(state))
+
+    def _text(self, state: Mapping[str, Any]) -> str:
+        lists = self._lists
+        parts = []
+        group: dict[str, Any] = {}
+        """The keys between two cached lists, encoded together (one encoder call)."""
+        for key, value in state.items():
+            cached = lists.get(key)
+            if cached is None or type(value) is not list:
+                group[key] = value
+                continue
+            if group:
+                parts.append(json_text(group)[1:-1])  # `{…}` without its braces
+                group = {}
+            parts.append(_key_text(key) + cached.text(value))
+        if group:
+            parts.append(json_text(group)[1:-1])
+        return "{" + ",".join(parts) + "}"
+
+
+_KEYS: dict[str, str] = {}
+
+
+def _key_text(key: str) -> str:
+    text = _KEYS.get(key)
+    if text is None:
+        text = _KEYS[key] = json_text(key) + ":"
+    return text
 
 
 def call_approvals(call: Mapping[str, Any]) -> list[dict[str, Any]]:

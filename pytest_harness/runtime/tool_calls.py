@@ -90,13 +90,15 @@ class ToolCalls(DriverBase):
         call["status"] = "dispatched"
         call["attempt"] += 1
         call["attempt_id"] = f"att_{id_hex()}"
-        self.journal.note(
-            "tool.dispatched",
-            {"name": call["name"], "args": call["args"], "attempt": call["attempt"]},
-            step=state.steps,
-            attempt_id=call["attempt_id"],
-            execution_key=call["key"],
-        )
+        journal = self.journal
+        if journal.recording:  # no payloads to build for a run that does not record
+            journal.note(
+                "tool.dispatched",
+                {"name": call["name"], "args": call["args"], "attempt": call["attempt"]},
+                step=state.steps,
+                attempt_id=call["attempt_id"],
+                execution_key=call["key"],
+            )
         await self._commit(
             [
                 EventDraft(
@@ -136,7 +138,7 @@ class ToolCalls(DriverBase):
             attempt=call["attempt"],
         )
         outcome = await self._call_tool(tool, call, context)
-        if self.journal.recording:
+        if journal.recording:
             for artifact in outcome.artifacts:
                 await self.ctx.store.put_artifact(
                     StoredArtifact(
@@ -146,20 +148,20 @@ class ToolCalls(DriverBase):
                         name=artifact.name,
                     )
                 )
-        self.journal.note(
-            "tool.returned" if outcome.ok else "tool.failed",
-            {
-                "name": call["name"],
-                "args": call["args"],
-                "attempt": call["attempt"],
-                "invoked": True,
-                "outcome": outcome.to_dict(),
-                "artifacts": [a.uri for a in outcome.artifacts],
-            },
-            step=state.steps,
-            attempt_id=call["attempt_id"],
-            execution_key=call["key"],
-        )
+            journal.note(
+                "tool.returned" if outcome.ok else "tool.failed",
+                {
+                    "name": call["name"],
+                    "args": call["args"],
+                    "attempt": call["attempt"],
+                    "invoked": True,
+                    "outcome": outcome.to_dict(),
+                    "artifacts": [a.uri for a in outcome.artifacts],
+                },
+                step=state.steps,
+                attempt_id=call["attempt_id"],
+                execution_key=call["key"],
+            )
         state.tool_calls += 1
         call["status"] = "done"
         call["outcome"] = outcome.to_dict()
@@ -236,12 +238,13 @@ class ToolCalls(DriverBase):
                         RunStatus.REFUSED, error={"type": "GuardBlocked", "message": outcome.reason}
                     )
                 text = outcome.text
-            self.journal.note(
-                "tool.processed",
-                {"name": call["name"], "text": text},
-                step=state.steps,
-                execution_key=call["key"],
-            )
+            if self.journal.recording:
+                self.journal.note(
+                    "tool.processed",
+                    {"name": call["name"], "text": text},
+                    step=state.steps,
+                    execution_key=call["key"],
+                )
             state.messages.append(
                 {"role": "tool", "tool_call_id": call["id"], "name": call["name"], "content": text}
             )

@@ -73,6 +73,10 @@ class Artifact:
         }
 
 
+_PLAIN: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+"""Types that are never an `Artifact` nor hold one (exact types: a subclass is walked)."""
+
+
 def collect_artifacts(value: Any, found: list[Artifact]) -> Any:
     """`value` with every `Artifact` in it replaced by its reference.
 
@@ -91,10 +95,13 @@ def _collect(value: Any, found: list[Artifact], active: set[int]) -> Any:
     before = len(found)
     active.add(id(value))
     try:
+        # a plain value is what it is: no call for it (most of a result's leaves)
         if isinstance(value, Mapping):
-            walked: Any = {k: _collect(v, found, active) for k, v in value.items()}
+            walked: Any = {
+                k: v if type(v) in _PLAIN else _collect(v, found, active) for k, v in value.items()
+            }
         else:
-            walked = [_collect(v, found, active) for v in value]
+            walked = [v if type(v) in _PLAIN else _collect(v, found, active) for v in value]
     finally:
         active.discard(id(value))
     return walked if len(found) > before else value

@@ -146,10 +146,14 @@ def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     if isinstance(value, list):
-        return [_finite(item) for item in value]
+        return [item if type(item) in _EXACT else _finite(item) for item in value]
     if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
+        return {key: item if type(item) in _EXACT else _finite(item) for key, item in value.items()}
     return value
+
+
+_EXACT: frozenset[type] = frozenset({str, int, bool, type(None)})
+"""Types `_finite` gives back as they are (exact types; a float is checked)."""
 
 
 def _short(value: object) -> str:
