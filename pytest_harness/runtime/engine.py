@@ -136,13 +136,15 @@ class Driver(ModelCalls, CallApprovals, ToolCalls):
 
     async def _check_input(self) -> RunResult | None:
         text = self.record.input
-        outcome = apply_guards(self.plan.guards, text, self._guard_context("input"), step=0)
-        self._decide(*outcome.decisions)
-        if outcome.blocked_by is not None:
-            return await self._end(
-                RunStatus.REFUSED, error={"type": "GuardBlocked", "message": outcome.reason}
-            )
-        self.state.messages.append({"role": "user", "content": outcome.text})
+        if "input" in self.plan.watched:
+            outcome = apply_guards(self.plan.guards, text, self._guard_context("input"), step=0)
+            self._decide(*outcome.decisions)
+            if outcome.blocked_by is not None:
+                return await self._end(
+                    RunStatus.REFUSED, error={"type": "GuardBlocked", "message": outcome.reason}
+                )
+            text = outcome.text
+        self.state.messages.append({"role": "user", "content": text})
         self.state.phase = "model"
         return None
 
@@ -196,7 +198,7 @@ class Driver(ModelCalls, CallApprovals, ToolCalls):
                 )
             go_on = not response.calls  # a cut answer with calls goes on with its calls
         text = response.text
-        if text:
+        if text and "output" in self.plan.watched:
             outcome = apply_guards(self.plan.guards, text, self._guard_context("output"), step=step)
             self._decide(*outcome.decisions)
             if outcome.blocked_by is not None:

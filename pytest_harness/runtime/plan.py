@@ -7,7 +7,7 @@ guard checks, so a mistake in any of them is a `SpecError` at load, not in the m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pytest_harness.cel import CelProgram
@@ -64,6 +64,12 @@ class TaskPlan:
     schemas: tuple[ToolSchema, ...]
     rules: tuple[tuple[RuleSpec, CelProgram], ...]
     guards: tuple[tuple[GuardSpec, GuardChecker], ...]
+    watched: frozenset[str] = field(init=False)
+    """What the guards watch (`input`, `output`, `tool_result`): text nothing watches goes by
+    without a `GuardContext` being built."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "watched", frozenset(g.on.value for g, _ in self.guards))
 
     @property
     def budget(self) -> Budget:

@@ -223,7 +223,9 @@ class ToolCalls(DriverBase):
         state = self.state
         for call in state.calls:
             text = call["outcome"]["text"]
-            if call["outcome"]["kind"] in ("ok", "error", "resolved"):
+            if call["outcome"]["kind"] in ("ok", "error", "resolved") and (
+                "tool_result" in self.plan.watched
+            ):
                 context = self._guard_context("tool_result", call["name"], call["args"])
                 outcome = apply_guards(self.plan.guards, text, context, step=state.steps)
                 self._decide(*outcome.decisions)
