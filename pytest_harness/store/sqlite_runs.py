@@ -223,8 +223,10 @@ class SQLiteRuns(SQLiteConnection):
             "clear_control": clear_control,
         }
 
+        statement = _COMMIT[approvals_json is not None, journal_json is not None]
+
         def update(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            rows = conn.execute(_COMMIT, params).fetchall()
+            rows = conn.execute(statement, params).fetchall()
             if rows and event_rows:  # a stale token updated no row: nothing is written
                 conn.executemany(_EVENT, event_rows)
             return rows

@@ -34,15 +34,33 @@ _CREATE = (
     "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING seq"
 )
 _EVENT = "INSERT INTO events (run_id, kind, data, at) VALUES (?, ?, ?, ?)"
-_COMMIT = (
-    "UPDATE runs SET status = :status, state = :state, updated_at = :now, "
-    "pending_approvals = :approvals, pending_journal = :journal, "
-    "lease_expires = CASE WHEN :release THEN NULL "
-    "WHEN :expires IS NULL OR lease_owner IS NULL THEN lease_expires ELSE :expires END, "
-    "lease_owner = CASE WHEN :release THEN NULL ELSE lease_owner END, "
-    "control = CASE WHEN control = :clear_control THEN NULL ELSE control END "
-    "WHERE run_id = :run_id AND lease_token = :token RETURNING control"
-)
+
+
+def _commit_statement(approvals: bool, journal: bool) -> str:
+    """The commit's UPDATE; `pending_approvals` and `pending_journal` are set only when given.
+
+    Both are NULL between writes (their triggers empty them), so leaving one out changes
+    nothing but this: its `AFTER UPDATE OF` trigger is not run for a write without any.
+    """
+    pending = ("pending_approvals = :approvals, " if approvals else "") + (
+        "pending_journal = :journal, " if journal else ""
+    )
+    return (
+        f"UPDATE runs SET status = :status, state = :state, updated_at = :now, {pending}"
+        "lease_expires = CASE WHEN :release THEN NULL "
+        "WHEN :expires IS NULL OR lease_owner IS NULL THEN lease_expires ELSE :expires END, "
+        "lease_owner = CASE WHEN :release THEN NULL ELSE lease_owner END, "
+        "control = CASE WHEN control = :clear_control THEN NULL ELSE control END "
+        "WHERE run_id = :run_id AND lease_token = :token RETURNING control"
+    )
+
+
+_COMMIT = {
+    (approvals, journal): _commit_statement(approvals, journal)
+    for approvals in (False, True)
+    for journal in (False, True)
+}
+"""The commit's UPDATE, by whether it carries approval requests and journal entries."""
 _CONTROL = (
     "UPDATE runs SET control = CASE WHEN control = 'cancel' THEN 'cancel' ELSE :control END, "
     "updated_at = :now "
