@@ -15,9 +15,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing import Any
 
 from pytest_harness.errors import ModelError, ScriptExhausted, SpecError
 from pytest_harness.hookspecs import ProviderConfig
@@ -29,68 +27,10 @@ from pytest_harness.models.base import (
     estimate_request_tokens,
     estimate_tokens,
 )
-from pytest_harness.spec.schema import Duration
+from pytest_harness.models.script_turns import TURN_KEYS, ScriptTurn, plain_turn
 from pytest_harness.spec.spec import KeyPath, format_key_path, quote_key
 
 __all__ = ["Script", "ScriptTurn", "ScriptedProvider", "parse_script"]
-
-
-class _CallItem(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str
-    args: dict[str, Any] = {}
-
-
-class _UsageItem(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    input_tokens: int = Field(0, ge=0)
-    output_tokens: int = Field(0, ge=0)
-
-
-TURN_KEYS = ("call", "args", "calls", "say", "usage", "error", "retry_after", "delay", "incomplete")
-
-
-class ScriptTurn(BaseModel):
-    """One scripted model turn."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    call: str | None = None
-    args: dict[str, Any] = {}
-    calls: tuple[_CallItem, ...] | None = None
-    say: str | None = None
-    usage: _UsageItem | None = None
-    error: Literal["rate_limit", "server", "timeout", "refusal"] | None = None
-    retry_after: Duration | None = None
-    """With `error`: the wait the simulated server asks for before a retry (`Retry-After`)."""
-    delay: Duration = 0.0
-    incomplete: Literal["max_tokens", "context_window"] | None = None
-    """The answer was cut short, as a live provider reports it (see `on_truncation`)."""
-
-    @model_validator(mode="after")
-    def _one_answer(self) -> ScriptTurn:
-        if self.call is not None and self.calls is not None:
-            raise ValueError("a turn has either `call` (one tool call) or `calls` (several)")
-        if self.args and self.call is None:
-            raise ValueError("`args` belongs to `call`; this turn has no `call`")
-        if self.error is not None and (self.call or self.calls or self.say is not None):
-            raise ValueError("an `error` turn cannot also answer with `say` or tool calls")
-        if self.retry_after is not None and self.error is None:
-            raise ValueError("`retry_after` belongs to an `error` turn; this turn has no `error`")
-        if self.error is not None and self.incomplete is not None:
-            raise ValueError("an `error` turn has no answer to be `incomplete`")
-        if self.error is None and self.call is None and self.calls is None and self.say is None:
-            raise ValueError("a turn needs one of `say`, `call`, `calls` or `error`")
-        return self
-
-    def proposed_calls(self, turn: int) -> tuple[ProposedCall, ...]:
-        """The tool calls of this turn, with ids stable for the turn number."""
-        if self.call is not None:
-            return (ProposedCall(id=f"call_{turn}_0", name=self.call, args=dict(self.args)),)
-        return tuple(
-            ProposedCall(id=f"call_{turn}_{i}", name=c.name, args=dict(c.args))
-            for i, c in enumerate(self.calls or ())
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +83,16 @@ def parse_script(data: Any, *, error: ErrorAt = _python_error) -> Script:
         for i, item in enumerate(items):
             if not isinstance(item, Mapping):
                 raise fail(f"a turn is a mapping like {{say: ...}}, got {_kind(item)}", (*path, i))
+            turn = plain_turn(item)
+            if turn is not None:
+                parsed.append(turn)
+                continue
+            from pydantic import ValidationError
+
+            from pytest_harness.models.script_checks import checked_turn
+
             try:
-                parsed.append(ScriptTurn.model_validate(item))
+                parsed.append(checked_turn(item))
             except ValidationError as exc:
                 err = exc.errors()[0]
                 loc = tuple(p for p in err["loc"] if isinstance(p, str | int))

@@ -14,13 +14,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
-
-import docstring_parser
-import typing_extensions
-from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
-from pydantic_core import CoreSchema, ErrorDetails, to_jsonable_python
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_harness.eager import start
 from pytest_harness.errors import did_you_mean
@@ -28,8 +22,17 @@ from pytest_harness.importing import import_callable
 from pytest_harness.models.base import ToolSchema
 from pytest_harness.tools.context import ToolContext, tool_context
 from pytest_harness.tools.outcome import OutcomeKind, ToolOutcome, _short
+from pytest_harness.tools.plain import (
+    SchemaCache,
+    check_plain,
+    plain_params,
+    schema_key,
+)
 
 if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
+    from pydantic_core import ErrorDetails
+
     from pytest_harness.spec.schema import ToolSpec
     from pytest_harness.spec.spec import Spec
 
@@ -42,10 +45,12 @@ __all__ = [
     "ToolSignatureError",
 ]
 
-_ARGUMENTS_CONFIG = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
-"""Lax validation for LLM JSON (`"250"` → 250, `1001` → `"1001"`); unknown arguments are errors."""
-_make_typed_dict: Any = typing_extensions.TypedDict
-"""The functional `TypedDict(name, fields)` form, which type checkers reject for computed fields."""
+_ARGUMENTS_CONFIG: dict[str, Any] = {"extra": "forbid", "coerce_numbers_to_str": True}
+"""Lax validation for LLM JSON (`"250"` → 250, `1001` → `"1001"`); unknown arguments are errors.
+
+pydantic (and docstring_parser) are imported when a tool first needs them: a plain tool
+(`tools/plain.py`) whose schema is cached and whose arguments have their exact types needs
+neither."""
 
 
 class InvalidToolArguments(ValueError):
@@ -84,9 +89,17 @@ class Tool:
     read it, never mutate it.
     """
 
-    __slots__ = ("_adapter", "_names", "fn", "is_async", "name", "schema", "spec")
+    __slots__ = ("_adapter", "_names", "_plain", "fn", "is_async", "name", "schema", "spec")
 
-    def __init__(self, name: str, fn: Callable[..., Any], spec: ToolSpec | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        spec: ToolSpec | None = None,
+        *,
+        cache: SchemaCache | None = None,
+    ) -> None:
+        """`cache` keeps the derived schema of a plain tool across processes (`tools/plain.py`)."""
         if spec is None:
             from pytest_harness.spec.schema import ToolSpec
 
@@ -95,8 +108,22 @@ class Tool:
         self.fn = fn
         self.spec = spec
         self.is_async = _is_async(fn)
-        description, described = _read_docstring(fn)
-        self._adapter, parameters, self._names = _derive(name, fn, described)
+        signature = _signature(name, fn)
+        self._names = tuple(signature.parameters)
+        self._plain = plain_params(signature)
+        self._adapter: TypeAdapter[dict[str, Any]] | None = None
+        key: dict[str, Any] | None = None
+        found: tuple[str, dict[str, Any]] | None = None
+        if cache is not None and self._plain is not None:
+            key = schema_key(name, fn, self._plain, signature, inspect.getdoc(_unwrap(fn)))
+            found = cache.read(key)
+        if found is not None:
+            description, parameters = found
+        else:
+            description, described = _read_docstring(fn)
+            self._adapter, parameters = _derive(name, fn, signature, described)
+            if cache is not None and key is not None:
+                cache.write(key, description, parameters)
         self.schema = ToolSchema(
             name=name, description=spec.description or description, parameters=parameters
         )
@@ -114,18 +141,32 @@ class Tool:
 
         Omitted optional arguments stay omitted, so the function's own defaults apply.
         """
+        if self._plain is not None and (plain := check_plain(self._plain, args)) is not None:
+            return plain
+        from pydantic import ValidationError
+
         try:
-            return self._adapter.validate_python(args)
+            return self._validator().validate_python(args)
         except ValidationError as exc:
             raise InvalidToolArguments(self.name, self._problems(exc)) from None
+
+    def _validator(self) -> TypeAdapter[dict[str, Any]]:
+        """Pydantic's validator of the arguments, built on first use for a cached plain tool."""
+        if self._adapter is None:
+            self._adapter = _adapter(self.name, self.fn, _signature(self.name, self.fn))
+        return self._adapter
 
     def check(self, args: Mapping[str, Any]) -> ToolOutcome | None:
         """The `invalid_arguments` outcome `invoke` would give `args`, or None when they fit.
 
         A replay applies today's contract with it before answering a call from its recording.
         """
+        if self._plain is not None and check_plain(self._plain, args) is not None:
+            return None
+        from pydantic import ValidationError
+
         try:
-            self._adapter.validate_python(args)
+            self._validator().validate_python(args)
         except ValidationError as exc:
             return self._invalid(exc)
         return None
@@ -161,10 +202,14 @@ class Tool:
     async def _invoke(
         self, args: Mapping[str, Any], context: ToolContext, overall_timeout: float | None
     ) -> ToolOutcome:
-        try:
-            kwargs = self._adapter.validate_python(args)
-        except ValidationError as exc:
-            return self._invalid(exc)
+        kwargs = None if self._plain is None else check_plain(self._plain, args)
+        if kwargs is None:
+            from pydantic import ValidationError
+
+            try:
+                kwargs = self._validator().validate_python(args)
+            except ValidationError as exc:
+                return self._invalid(exc)
         limit = self.spec.timeout
         kind: OutcomeKind = "timeout"
         if overall_timeout is not None and (limit is None or overall_timeout <= limit):
@@ -272,12 +317,15 @@ class ToolSet:
     @classmethod
     def from_spec(cls, spec: Spec) -> ToolSet:
         """Import and check every tool of `spec`; a bad one is a `SpecError` at its line."""
+        from pytest_harness.spec.cache import enabled
+
+        cache = SchemaCache(spec.path.parent / ".harness" / "cache") if enabled() else None
         tools = []
         for name, tool_spec in spec.document.tools.items():
             where = ("tools", name, "call")
             fn = import_callable(tool_spec.call, spec=spec, where=where)
             try:
-                tools.append(Tool(name, fn, tool_spec))
+                tools.append(Tool(name, fn, tool_spec, cache=cache))
             except ToolSignatureError as exc:
                 raise spec.error(exc.reason, where) from exc
         return cls(tools)
@@ -314,22 +362,25 @@ class ToolSet:
         return f"ToolSet({', '.join(self._tools)})"
 
 
-class _SchemaWithoutTitles(GenerateJsonSchema):
-    """Pydantic's JSON schema minus the generated titles, which only cost the model tokens."""
+@functools.cache
+def _schema_generator() -> type[Any]:
+    """Pydantic's JSON schema generator minus the titles, which only cost the model tokens."""
+    from pydantic.json_schema import GenerateJsonSchema
 
-    def field_title_should_be_set(self, schema: Any) -> bool:
-        return False
+    class _SchemaWithoutTitles(GenerateJsonSchema):
+        def field_title_should_be_set(self, schema: Any) -> bool:
+            return False
 
-    def generate(self, schema: CoreSchema, mode: JsonSchemaMode = "validation") -> JsonSchemaValue:
-        value = super().generate(schema, mode)
-        value.pop("title", None)
-        return value
+        def generate(self, schema: Any, mode: Any = "validation") -> Any:
+            value = super().generate(schema, mode)
+            value.pop("title", None)
+            return value
+
+    return _SchemaWithoutTitles
 
 
-def _derive(
-    name: str, fn: Callable[..., Any], described: Mapping[str, str]
-) -> tuple[TypeAdapter[dict[str, Any]], dict[str, Any], tuple[str, ...]]:
-    """Build the validator, the JSON schema and the parameter names of `fn`'s arguments."""
+def _signature(name: str, fn: Callable[..., Any]) -> inspect.Signature:
+    """`fn`'s signature, or `ToolSignatureError` when it is unreadable or not by keyword."""
     where = _reference(fn)
     try:
         signature = inspect.signature(fn, eval_str=True)
@@ -337,9 +388,6 @@ def _derive(
         raise ToolSignatureError(
             name, f"cannot read the signature of {where}: {_describe(exc)}"
         ) from exc
-    fields: dict[str, Any] = {}
-    annotations: dict[str, Any] = {}
-    defaults: dict[str, Any] = {}
     for param in signature.parameters.values():
         if param.kind is param.VAR_POSITIONAL or param.kind is param.VAR_KEYWORD:
             stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
@@ -354,18 +402,47 @@ def _derive(
                 f"parameter {param.name!r} of {where} is positional-only; tools receive their "
                 "arguments as keyword arguments, so drop the '/' from the signature",
             )
+    return signature
+
+
+def _adapter(
+    name: str, fn: Callable[..., Any], signature: inspect.Signature
+) -> TypeAdapter[dict[str, Any]]:
+    """Pydantic's validator of `fn`'s arguments (a `TypedDict` of its parameters)."""
+    import typing_extensions
+    from pydantic import TypeAdapter, with_config
+
+    fields: dict[str, Any] = {}
+    for param in signature.parameters.values():
         annotation = Any if param.annotation is param.empty else param.annotation
-        annotations[param.name] = annotation
         if param.default is param.empty:
             fields[param.name] = typing_extensions.Required[annotation]
         else:
             fields[param.name] = typing_extensions.NotRequired[annotation]
-            defaults[param.name] = param.default
-    arguments = with_config(_ARGUMENTS_CONFIG)(_make_typed_dict("ToolArguments", fields))
+    # The functional `TypedDict(name, fields)` form, which type checkers reject for computed
+    # fields.
+    make_typed_dict: Any = typing_extensions.TypedDict
+    arguments = with_config(cast(Any, _ARGUMENTS_CONFIG))(make_typed_dict("ToolArguments", fields))
     arguments.__module__ = getattr(fn, "__module__", None) or __name__
+    return TypeAdapter(arguments)
+
+
+def _derive(
+    name: str, fn: Callable[..., Any], signature: inspect.Signature, described: Mapping[str, str]
+) -> tuple[TypeAdapter[dict[str, Any]], dict[str, Any]]:
+    """Build the validator and the JSON schema of `fn`'s arguments."""
+    from pydantic_core import to_jsonable_python
+
+    where = _reference(fn)
+    annotations: dict[str, Any] = {}
+    defaults: dict[str, Any] = {}
+    for param in signature.parameters.values():
+        annotations[param.name] = Any if param.annotation is param.empty else param.annotation
+        if param.default is not param.empty:
+            defaults[param.name] = param.default
     try:
-        adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(arguments)
-        parameters = adapter.json_schema(schema_generator=_SchemaWithoutTitles)
+        adapter = _adapter(name, fn, signature)
+        parameters = adapter.json_schema(schema_generator=_schema_generator())
     except Exception as exc:
         raise _unschemable(name, where, annotations, exc) from exc
     properties = parameters.setdefault("properties", {})
@@ -376,13 +453,15 @@ def _derive(
             # A default that is not JSON-able stays out of the schema; it still applies.
             with contextlib.suppress(Exception):
                 prop.setdefault("default", to_jsonable_python(defaults[param_name]))
-    return adapter, parameters, tuple(signature.parameters)
+    return adapter, parameters
 
 
 def _unschemable(
     name: str, where: str, annotations: Mapping[str, Any], exc: Exception
 ) -> ToolSignatureError:
     """Build the error naming the parameter whose type has no schema, when one is to blame."""
+    from pydantic import TypeAdapter
+
     for param_name, annotation in annotations.items():
         try:
             TypeAdapter(annotation).json_schema()
@@ -401,11 +480,11 @@ def _read_docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
 
     Sections are left out of the description; Google, NumPy, reST and Epydoc styles all work.
     """
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    doc = inspect.getdoc(fn)
+    doc = inspect.getdoc(_unwrap(fn))
     if not doc:
         return "", {}
+    import docstring_parser
+
     try:
         parsed = docstring_parser.parse(doc)
     except docstring_parser.ParseError:
@@ -416,9 +495,14 @@ def _read_docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     return description, params
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
+def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     while isinstance(fn, functools.partial):
         fn = fn.func
+    return fn
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    fn = _unwrap(fn)
     if inspect.iscoroutinefunction(fn):
         return True
     # A callable object: is its class's __call__ a coroutine function?
