@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pytest_harness.runtime.ids import unique_text, uuid4_hex, uuid4_text
+
+if TYPE_CHECKING:
+    import uuid  # imported where a `UUID` object is made: the ids the loop takes need none
 
 __all__ = [
     "REAL",
@@ -55,6 +57,8 @@ class _Real:
         return time.monotonic()
 
     def new_id(self) -> uuid.UUID:
+        import uuid
+
         return uuid.uuid4()
 
 
@@ -76,7 +80,11 @@ def monotonic() -> float:
 def new_id() -> uuid.UUID:
     """A fresh UUID from the current source."""
     source = _source.get()
-    return uuid.uuid4() if source is None else source.new_id()
+    if source is None:
+        import uuid
+
+        return uuid.uuid4()
+    return source.new_id()
 
 
 def id_hex() -> str:

@@ -20,7 +20,6 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +31,8 @@ from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.store.base import Event, RunRecord, Sample, parse_cursor
 
 if TYPE_CHECKING:
+    from datetime import datetime, timedelta
+
     from pytest_harness.archive.export import ExportPolicy
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
@@ -319,6 +320,8 @@ def _moment(since: datetime | timedelta | float | None) -> float | None:
     """Seconds since the epoch for `samples(since=...)`."""
     if since is None:
         return None
+    from datetime import datetime, timedelta
+
     if isinstance(since, timedelta):
         return time.time() - since.total_seconds()
     if isinstance(since, datetime):

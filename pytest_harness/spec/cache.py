@@ -31,7 +31,6 @@ import json
 import os
 import stat
 import sys
-import tempfile
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -445,6 +444,8 @@ def _same(a: Spec, b: Spec) -> bool:
 
 def publish(path: Path, data: bytes) -> None:
     """Write `data` to `path` atomically; give up silently when the folder is not writable."""
+    import tempfile
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -6,12 +6,11 @@ form for calls it settles without invoking them (denied, declined, unknown, reso
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
-
-from pydantic_core import to_json, to_jsonable_python
 
 from pytest_harness.tools.artifacts import Artifact, collect_artifacts
 
@@ -77,6 +76,15 @@ class ToolOutcome:
             outcome = cls.success(result)
             return replace(outcome, artifacts=tuple(found))
         try:
+            value = _plain_copy(result)
+        except _NotPlain:
+            value = _NOT_PLAIN
+        if value is not _NOT_PLAIN:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            return cls(ok=True, kind="ok", value=value, text=text)
+        from pydantic_core import to_json, to_jsonable_python
+
+        try:
             value = _finite(to_jsonable_python(result, fallback=repr))
             text = to_json(value).decode()
         except Exception:  # circular references and other unserialisable shapes
@@ -135,6 +143,52 @@ class ToolOutcome:
             text=text,
             error=None if error is None else {"type": error["type"], "message": error["message"]},
         )
+
+
+class _NotPlain(Exception):
+    """A result `_plain_copy` leaves to pydantic_core."""
+
+
+_NOT_PLAIN: Any = object()
+_MAX_DEPTH = 64
+
+
+def _plain_copy(value: Any, depth: int = 0) -> Any:
+    """A copy of a result made of JSON's own types, which `json.dumps` writes as `to_json` does.
+
+    Strings (UTF-8 encodable), integers, booleans, None, finite floats that `repr` writes
+    without an exponent (`1e+16` is `1e16` to pydantic_core), lists, and dicts with string keys:
+    for these `to_jsonable_python` changes nothing but makes the copy, and the compact JSON of
+    both writers is the same text (checked against pydantic_core in the tests). Anything else
+    raises `_NotPlain`: pydantic_core converts it (tuples, dataclasses, models, NaN, ...).
+    """
+    cls = type(value)
+    if cls is str:
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _NotPlain from None
+        return value
+    if cls is int or cls is bool or value is None:
+        return value
+    if cls is float:
+        shown = repr(value)
+        if "e" in shown or "n" in shown:  # an exponent, inf or nan
+            raise _NotPlain
+        return value
+    if depth >= _MAX_DEPTH:
+        raise _NotPlain
+    if cls is list:
+        return [_plain_copy(item, depth + 1) for item in value]
+    if cls is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            out[_plain_copy(key, depth + 1)] = _plain_copy(item, depth + 1)
+        return out
+    raise _NotPlain
 
 
 def _finite(value: Any) -> Any:
