@@ -98,3 +98,13 @@ def test_public_names_are_the_defining_modules_objects() -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="'nothing_here'"):
         _ = ph.nothing_here
+
+
+def test_the_tools_and_the_scripted_model_import_no_pydantic() -> None:
+    """Plain tools and plain script turns need no pydantic (`tools/plain.py`,
+    `models/script_turns.py`): importing what builds them must not import it either (#13)."""
+    heavy, _ = loaded_after(
+        "import pytest_harness.tools.registry, pytest_harness.models.scripted, "
+        "pytest_harness.tools.outcome"
+    )
+    assert heavy == ["asyncio"]
