@@ -191,7 +191,7 @@ class SchemaCache:
         path, _ = entry
         body = {"key": key, "description": description, "parameters": parameters}
         try:
-            text = json.dumps(body, sort_keys=True, allow_nan=False)
+            text = json.dumps(body, allow_nan=False)  # the schema's key order is kept
             again = json.loads(text)
         except (TypeError, ValueError):
             return

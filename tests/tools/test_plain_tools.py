@@ -103,6 +103,8 @@ def test_a_cached_schema_is_the_derived_one_and_builds_no_validator(tmp_path: Pa
     again = Tool("plain", plain, cache=cache)
     assert again._adapter is None
     assert again.schema == first.schema == Tool("plain", plain).schema
+    # in the same key order too: the schema is part of every request and its digest
+    assert json.dumps(again.schema.parameters) == json.dumps(first.schema.parameters)
     assert again.validate({**VALID, "x": 2}) == {**VALID, "x": 2.0}
     with pytest.raises(InvalidToolArguments, match="unexpected argument 'nope'"):
         again.validate({**VALID, "nope": 1})
