@@ -128,6 +128,12 @@ class WorkerProcess:
                 raise AssertionError(f"the worker did not start: {self.output()}")
             time.sleep(0.1)
 
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def output(self) -> str:
         self.log.seek(0)
         return self.log.read()

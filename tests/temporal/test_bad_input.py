@@ -61,8 +61,7 @@ async def test_refused_answers_raise_like_locally_and_never_reach_history(
     tmp_path: Path, temporal_server: str
 ) -> None:
     spec = make_spec(tmp_path, temporal_server)
-    worker = WorkerProcess(spec)
-    try:
+    with WorkerProcess(spec):
         async with ph.load(spec) as harness:
             waiting = await harness.run("refunds", "refund A-1", principal="ann", tenant="t1")
             assert waiting.approval is not None
@@ -84,8 +83,6 @@ async def test_refused_answers_raise_like_locally_and_never_reach_history(
                 await harness.approve(run_id, approval, "approve", approver=fin)
             history = await harness._handle(run_id)
             events = [e async for e in history.fetch_history_events()]
-    finally:
-        worker.stop()
     accepted = [
         e for e in events if e.HasField("workflow_execution_update_accepted_event_attributes")
     ]

@@ -82,20 +82,14 @@ async def test_a_run_sends_its_conversation_once_and_again_to_a_new_worker(
 ) -> None:
     spec = make_spec(tmp_path, temporal_server)
     async with ph.load(spec) as harness:
-        first = WorkerProcess(spec)
-        try:
+        with WorkerProcess(spec):
             waiting = await harness.run("refunds", "refund A-1", principal="ann", session_id="s")
-        finally:
-            first.stop()
         assert waiting.approval is not None
-        second = WorkerProcess(spec)  # it never saw the run: the next turn is sent whole
-        try:
+        with WorkerProcess(spec):  # it never saw the run: the next turn is sent whole
             fin = ph.Principal("fin", roles=("finance",))
             done = await harness.approve(
                 waiting.run_id, waiting.approval.approval_id, "approve", approver=fin
             )
-        finally:
-            second.stop()
     assert done.status is ph.RunStatus.COMPLETED, done.error
     sends = [
         i["request"]["conversation"] for i in await _model_inputs(temporal_server, done.run_id)
@@ -112,8 +106,7 @@ async def test_reading_a_waiting_run_leaves_its_history_as_it_is(
     tmp_path: Path, temporal_server: str
 ) -> None:
     spec = make_spec(tmp_path, temporal_server)
-    worker = WorkerProcess(spec)
-    try:
+    with WorkerProcess(spec):
         async with ph.load(spec) as harness:
             waiting = await harness.run(
                 "refunds", "refund A-1", principal="ann", idempotency_key="k"
@@ -134,8 +127,6 @@ async def test_reading_a_waiting_run_leaves_its_history_as_it_is(
             )
             assert done.status is ph.RunStatus.COMPLETED, done.error
             history = await handle.fetch_history()
-    finally:
-        worker.stop()
     # updates answer with the run's state, never with its journal or events
     answers = [
         e.workflow_execution_update_completed_event_attributes.outcome.success.payloads

@@ -54,11 +54,8 @@ async def test_a_worker_replaying_a_run_does_not_tell_the_hooks_again(
     spec = make_spec(tmp_path, temporal_server)
     env = probe_env(tmp_path)
     async with ph.load(spec) as harness:
-        worker = WorkerProcess(spec, env=env)
-        try:  # one worker from start to end: the boundaries a run tells
+        with WorkerProcess(spec, env=env):  # one worker from start to end: what a run tells
             clean = await harness.run("small_refunds", "refund A-1", principal="ann")
-        finally:
-            worker.stop()
         assert clean.status is ph.RunStatus.COMPLETED, clean.error
         # the first worker dies in the tool; the second replays the history and goes on
         moved = await taken_over(harness, spec, "small_refunds", "refund A-2", env)
