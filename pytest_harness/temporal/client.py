@@ -264,7 +264,9 @@ class TemporalHarness(Harness):
         """
         while True:
             try:
-                await handle.execute_update("wait")
+                answer = await handle.execute_update("wait")
+                if answer is not None:  # a worker of an earlier version answers with the run
+                    return
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
                 if isinstance(cause, ApplicationError) and cause.type == RESTING:

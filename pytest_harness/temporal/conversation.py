@@ -32,8 +32,9 @@ UNKNOWN = "ConversationUnknown"
 def chain(digest: str, messages: Sequence[Mapping[str, Any]]) -> str:
     """The digest of a conversation `digest` stands for, followed by `messages`."""
     for message in messages:
-        text = json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        digest = hashlib.sha256(f"{digest}\n{text}".encode()).hexdigest()
+        # ASCII escapes: any text a message can hold (a lone surrogate too) has a digest
+        text = json.dumps(message, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(f"{digest}\n{text}".encode("ascii")).hexdigest()
     return digest
 
 

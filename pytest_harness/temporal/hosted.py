@@ -5,16 +5,37 @@ under every digest it accepts. The workflow runs the run loop itself, so it read
 plan from this registry (a module passed through the workflow sandbox, built once per process,
 never changed by a workflow) by the spec digest its run was started with. A digest that is not
 hosted ends the run `failed` with `NotHosted`'s kind and words, naming both digests.
+
+It also holds the process's hook thread (`tell_later`): the `harness_checkpoint` hooks of the
+runs this worker drives are told there, in order, so a workflow task never waits for a hook.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pytest_harness.runtime.plan import Plans, TaskPlan
 
-__all__ = ["NotHosted", "host", "plan_for"]
+__all__ = ["NotHosted", "host", "plan_for", "tell_later"]
+
+_hooks: ThreadPoolExecutor | None = None
+_hooks_lock = threading.Lock()
+
+
+def tell_later(notify: Callable[[], None]) -> None:
+    """Run `notify` (it tells the checkpoint hooks, logging their errors) on the hook thread.
+
+    One thread, so the hooks hear of a run's boundaries in order; the caller (a workflow task,
+    held to Temporal's deadlock timeout) never waits for a slow hook.
+    """
+    global _hooks
+    with _hooks_lock:
+        if _hooks is None:
+            _hooks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-hooks")
+    _hooks.submit(notify)
 
 
 class NotHosted(Exception):

@@ -67,14 +67,15 @@ class _WorkflowClock:
 def _tell(notify: Callable[[], None]) -> None:
     """Tell the `harness_checkpoint` hooks of a boundary the run just reached, as locally.
 
-    Outside the sandbox (a hook may write a file or a socket; nothing it does reaches the run),
-    and only the first time: a worker replaying the history to rebuild the run stays quiet for
-    boundaries that were told already.
+    On the worker's hook thread, outside the sandbox (a hook may write a file or a socket;
+    nothing it does reaches the run, and the workflow task never waits for it), and only the
+    first time: a worker replaying the history to rebuild the run stays quiet for boundaries
+    that were told already.
     """
     if workflow.unsafe.is_replaying():
         return
     with workflow.unsafe.sandbox_unrestricted():
-        notify()
+        hosted.tell_later(notify)
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:

@@ -49,3 +49,58 @@ def test_an_entry_json_cannot_hold_is_the_same_store_error(bad: object) -> None:
     assert str(cached.value) == str(plain.value)
     state.trace.pop()  # the failed entry left nothing behind
     assert encode_json(text.prepared(state.to_dict()), "s") == whole(state.to_dict())
+
+
+@pytest.mark.asyncio
+async def test_a_tool_that_changes_its_arguments_changes_nothing_the_run_committed(
+    app: Any, write_file: Any
+) -> None:
+    import sys
+
+    import pytest_harness as ph
+
+    module = f"tagger_{app.module}"
+    write_file(
+        f"{module}.py",
+        """
+        from pytest_harness.models.base import ModelResponse, ProposedCall
+
+        SEEN = []
+
+
+        def tag(items):
+            \"\"\"Tag items (and scribble on the list it was given).\"\"\"
+            items.append("MUTATED")
+            return len(items)
+
+
+        def model(request):
+            if request.turn == 0:
+                return ModelResponse(calls=(ProposedCall("c1", "tag", {"items": ["a"]}),))
+            SEEN.extend(m["tool_calls"][0]["args"] for m in request.messages if m.get("tool_calls"))
+            return ModelResponse(text="done")
+        """,
+    )
+    app.write(
+        f"""
+        models:
+          default: {{use: function, call: "{module}:model"}}
+        tools:
+          tag: {{call: "{module}:tag"}}
+        tasks:
+          t: {{prompt: p, tools: [tag]}}
+        state: {{use: sqlite, path: state.db}}
+        """,
+        base=False,
+    )
+    try:
+        async with ph.load(app.spec) as harness:
+            result = await harness.run("t", "tag a", principal="ann")
+            stored = await harness.store.get_run(result.run_id)
+        seen = sys.modules[module].SEEN
+    finally:
+        sys.modules.pop(module, None)
+    assert result.ok and result.trace.tool_calls()[0].result == 2  # the tool saw its change
+    calls = [m for m in stored.state["messages"] if m.get("tool_calls")]
+    # the model was sent what the store holds: the arguments as proposed
+    assert seen == [calls[0]["tool_calls"][0]["args"]] == [{"items": ["a"]}]

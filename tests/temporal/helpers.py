@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest_harness as ph
@@ -161,17 +162,26 @@ def wait_for(folder: Path, pattern: str, count: int = 1, timeout: float = 30.0) 
 
 
 async def taken_over(
-    harness: ph.Harness, spec: Path, task: str, input: str, env: dict[str, str] | None = None
+    harness: ph.Harness,
+    spec: Path,
+    task: str,
+    input: str,
+    env: dict[str, str] | None = None,
+    ready: Callable[[str], bool] | None = None,
 ) -> ph.RunResult:
     """The result of a run whose first worker is SIGKILLed in its first tool attempt.
 
-    A second worker takes the run over.
+    A second worker takes the run over. `ready(run_id)`, when given, must hold before the kill.
     """
     first = WorkerProcess(spec, env={**(env or {}), "HANG_FIRST": "1"})
     second = None
     try:
         handle = await harness.submit(task, input, principal="ann")
         wait_for(spec.parent / "effects", "hanging-*")
+        deadline = time.monotonic() + 30
+        while ready is not None and not ready(handle.run_id):
+            assert time.monotonic() < deadline, "the first worker never got ready to be killed"
+            time.sleep(0.02)
         first.kill()
         second = WorkerProcess(spec, env=env)
         return await handle.result()

@@ -136,3 +136,12 @@ async def test_reading_a_waiting_run_leaves_its_history_as_it_is(
     data = [p[0].data for p in answers if p]
     assert any(b'"state"' in d for d in data)
     assert not any(b'"journal"' in d or b'"events"' in d for d in data)
+
+
+def test_any_text_has_a_digest() -> None:
+    odd = {"role": "tool", "content": "name-\udcff.txt"}  # a lone surrogate (os.listdir)
+    sent, worker = Sent(), Conversations()
+    wire = sent.wire([USER, odd], full=False)
+    assert worker.messages("run_1", wire) == [USER, odd]
+    sent.sent([USER, odd], wire)
+    assert worker.messages("run_1", sent.wire([USER, odd], full=False)) == [USER, odd]

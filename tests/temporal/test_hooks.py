@@ -58,9 +58,14 @@ async def test_a_worker_replaying_a_run_does_not_tell_the_hooks_again(
             clean = await harness.run("small_refunds", "refund A-1", principal="ann")
         assert clean.status is ph.RunStatus.COMPLETED, clean.error
         # the first worker dies in the tool; the second replays the history and goes on
-        moved = await taken_over(harness, spec, "small_refunds", "refund A-2", env)
+        expected = [(line["phase"], line["status"]) for line in told(tmp_path, clean.run_id)]
+        dispatched = expected.index(("tool.dispatched", "running")) + 1
+
+        def heard(run_id: str) -> bool:  # the hook thread caught up before the kill
+            return len(told(tmp_path, run_id)) >= dispatched
+
+        moved = await taken_over(harness, spec, "small_refunds", "refund A-2", env, heard)
     assert moved.status is ph.RunStatus.COMPLETED, moved.error
-    expected = [(line["phase"], line["status"]) for line in told(tmp_path, clean.run_id)]
     assert expected[0] == ("run.started", "running") and expected[-1][1] == "completed"
     lines = told(tmp_path, moved.run_id)
     assert [(line["phase"], line["status"]) for line in lines] == expected
