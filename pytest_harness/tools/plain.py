@@ -17,6 +17,7 @@ Most tools are plain, and for them two things need no pydantic (DESIGN §10, iss
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import inspect
@@ -28,7 +29,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PlainParam", "SchemaCache", "check_plain", "plain_params", "schema_key"]
+__all__ = [
+    "PlainParam",
+    "SchemaCache",
+    "check_plain",
+    "detached",
+    "plain_params",
+    "schema_key",
+]
 
 PlainParam = tuple[str, str, bool]
 """A plain parameter: its name, its kind (`str`, `int`, `float`, `bool`, `any`), required."""
@@ -69,6 +77,17 @@ def _json_scalar(value: Any) -> bool:
     if type(value) is float:
         return math.isfinite(value)
     return type(value) in _SCALARS
+
+
+def detached(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`args` as a tool may have them: a deep copy when any value is a container.
+
+    The run keeps the proposed arguments in its state and its messages; a tool that changes a
+    list or dict it was given must not change what the run committed and sends the model next.
+    """
+    if all(type(value) in _SCALARS for value in args.values()):
+        return args
+    return copy.deepcopy(dict(args))
 
 
 def check_plain(params: tuple[PlainParam, ...], args: Mapping[str, Any]) -> dict[str, Any] | None:

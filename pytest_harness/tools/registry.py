@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ from pytest_harness.tools.outcome import OutcomeKind, ToolOutcome, _short
 from pytest_harness.tools.plain import (
     SchemaCache,
     check_plain,
+    detached,
     plain_params,
     schema_key,
 )
@@ -203,7 +203,7 @@ class Tool:
     async def _invoke(
         self, args: Mapping[str, Any], context: ToolContext, overall_timeout: float | None
     ) -> ToolOutcome:
-        args = _detached(args)
+        args = detached(args)
         kwargs = None if self._plain is None else check_plain(self._plain, args)
         if kwargs is None:
             from pydantic import ValidationError
@@ -584,17 +584,3 @@ def _expected(error: ErrorDetails) -> str:
     if message.startswith("Input should be "):
         return "expected " + message.removeprefix("Input should be ")
     return message[:1].lower() + message[1:]
-
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _detached(args: Mapping[str, Any]) -> Mapping[str, Any]:
-    """`args` as the tool may have them: a deep copy when any value is a container.
-
-    The run keeps the proposed arguments in its state and its messages; a tool that changes a
-    list or dict it was given must not change what the run committed and sends the model next.
-    """
-    if all(type(value) in _SCALARS for value in args.values()):
-        return args
-    return copy.deepcopy(dict(args))
