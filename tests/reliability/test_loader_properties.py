@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import pytest_harness as ph
 from pytest_harness.errors import ArchiveError, HarnessError, SpecError
 from pytest_harness.recording.model import Recording
+from tests.strategies import json_like
 
 EXAMPLES = int(os.environ.get("HARNESS_PROPERTY_EXAMPLES", "150"))
 
@@ -145,22 +146,7 @@ HOSTILE = [
     "- error: meteor\n",
 ]
 
-json_leaf = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.sampled_from(SPEC_WORDS)
-    | st.text(max_size=20)
-)
-vocabulary_docs = st.recursive(
-    json_leaf,
-    lambda inner: (
-        st.lists(inner, max_size=5)
-        | st.dictionaries(st.sampled_from(SPEC_WORDS) | st.text(max_size=8), inner, max_size=6)
-    ),
-    max_leaves=30,
-).map(lambda doc: yaml.safe_dump(doc, allow_unicode=True))
+vocabulary_docs = json_like(SPEC_WORDS).map(lambda doc: yaml.safe_dump(doc, allow_unicode=True))
 
 
 def hostile_mix(base: str, extra: str) -> str:

@@ -22,6 +22,7 @@ from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording import golden
 from pytest_harness.recording.model import Recording
 from pytest_harness.spec.yamlio import NOT_PLAIN, parse_yaml, plain_yaml
+from tests.strategies import json_like
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDENS = sorted((ROOT / "recordings").rglob("*.yaml"))
@@ -66,22 +67,7 @@ def check_agree(text: str, max_bytes: int = 1_048_576) -> Any:
 
 WORDS = ["on", "off", "yes", "no", "y", "n", "1", "0x1f", "1_000", "1.5e3", ".inf", "-.nan", "~"]
 WORDS += ["null", "", "2001-12-14", "2001-13-45", "12:30", "<<", "=", "true", "False", "a b"]
-leaf = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.sampled_from(WORDS)
-    | st.text(max_size=20)
-)
-data = st.recursive(
-    leaf,
-    lambda inner: (
-        st.lists(inner, max_size=5)
-        | st.dictionaries(st.sampled_from(WORDS) | st.text(max_size=8), inner, max_size=6)
-    ),
-    max_leaves=30,
-)
+data = json_like(WORDS)
 dumped = st.builds(
     lambda doc, flow, unicode, start: yaml.safe_dump(
         doc, default_flow_style=flow, allow_unicode=unicode, explicit_start=start
