@@ -1,6 +1,6 @@
 """pytest-harness benchmarks: one command, one table, every baseline measured in the same run.
 
-    .venv/bin/python benchmarks/run.py [--runs 1000] [--repeat 5] [--quick]
+    .venv/bin/python benchmarks/run.py [--runs 1000] [--repeat 5] [--quick] [--only GROUPS]
 
 Each row is the median of `--repeat` repeats; ratios compare rows of the same invocation, so
 they hold on any machine. Rows:
@@ -118,6 +118,11 @@ console = Console(stderr=True, highlight=False)
 # -- configuration ----------------------------------------------------------------------------
 
 
+GROUPS = frozenset(
+    {"memory", "sqlite", "replay", "plugin", "peers", "imports", "approve", "durable"}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     runs: int
@@ -125,6 +130,10 @@ class Config:
     repeat: int
     work: Path
     gate_sizes: tuple[int, ...] = (1000, 10_000)
+    only: frozenset[str] = GROUPS
+
+    def wants(self, group: str) -> bool:
+        return group in self.only
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -144,6 +153,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--quick: 200)",
     )
     parser.add_argument("--quick", action="store_true", help="200 runs, 3 repeats")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="measure only these row groups, comma-separated, of: "
+        + ", ".join(sorted(GROUPS))
+        + " (row 1 is always measured: the others are compared with it)",
+    )
     return parser.parse_args(argv)
 
 
@@ -160,7 +176,20 @@ def make_config(args: argparse.Namespace, work: Path) -> Config:
         ) from None
     if min(runs, repeat, peer_runs, *gate_sizes) < 1:
         raise SystemExit("--runs, --repeat, --peer-runs and --gate-sizes must be at least 1")
-    return Config(runs=runs, peer_runs=peer_runs, repeat=repeat, work=work, gate_sizes=gate_sizes)
+    only = frozenset(g.strip() for g in (args.only or ",".join(GROUPS)).split(",") if g.strip())
+    if unknown := sorted(only - GROUPS):
+        raise SystemExit(
+            f"--only: unknown row group(s) {', '.join(unknown)}; known: "
+            + ", ".join(sorted(GROUPS))
+        )
+    return Config(
+        runs=runs,
+        peer_runs=peer_runs,
+        repeat=repeat,
+        work=work,
+        gate_sizes=gate_sizes,
+        only=only | {"memory"},
+    )
 
 
 # -- results ----------------------------------------------------------------------------------
@@ -1076,25 +1105,32 @@ def measure_all(cfg: Config) -> tuple[list[Row], Transactions, int | None]:
     app = write_app(cfg.work / "app")
     tx = asyncio.run(count_transactions(app))
     progress(f"one harness run makes {tx.commits} write transactions on sqlite")
-    rows = [
-        measure_harness(cfg, app, "memory", "pytest-harness · memory store", None),
-        measure_harness(
-            cfg, app, "sqlite-full", "pytest-harness · sqlite, synchronous=full", "full"
-        ),
-        measure_harness(
-            cfg, app, "sqlite-normal", "pytest-harness · sqlite, synchronous=normal", "normal"
-        ),
-        measure_floor(cfg, "full", tx),
-        measure_floor(cfg, "normal", tx),
-        *measure_replay(cfg, app),
-    ]
-    rows += measure_plugin(cfg, app)
-    peers, lg_commits = measure_peers(cfg)
-    rows += measure_imports(cfg)
-    rows.append(measure_approve(cfg))
+    rows = [measure_harness(cfg, app, "memory", "pytest-harness · memory store", None)]
+    if cfg.wants("sqlite"):
+        rows += [
+            measure_harness(
+                cfg, app, "sqlite-full", "pytest-harness · sqlite, synchronous=full", "full"
+            ),
+            measure_harness(
+                cfg, app, "sqlite-normal", "pytest-harness · sqlite, synchronous=normal", "normal"
+            ),
+            measure_floor(cfg, "full", tx),
+            measure_floor(cfg, "normal", tx),
+        ]
+    if cfg.wants("replay"):
+        rows += measure_replay(cfg, app)
+    if cfg.wants("plugin"):
+        rows += measure_plugin(cfg, app)
+    peers, lg_commits = measure_peers(cfg) if cfg.wants("peers") else ([], None)
+    if cfg.wants("imports"):
+        rows += measure_imports(cfg)
+    if cfg.wants("approve"):
+        rows.append(measure_approve(cfg))
     rows += peers
-    rows.append(measure_langgraph_resume(cfg))
-    rows += [measure_postgres(cfg, app), measure_temporal(cfg, app)]
+    if cfg.wants("peers") and cfg.wants("approve"):
+        rows.append(measure_langgraph_resume(cfg))
+    if cfg.wants("durable"):
+        rows += [measure_postgres(cfg, app), measure_temporal(cfg, app)]
     return rows, tx, lg_commits
 
 
