@@ -216,7 +216,7 @@ def _read_fast(text: str) -> _File | None:
 
 def _read_strict(text: str, file: str) -> _File:
     """The file's content, read with the line of every key: a `SpecError` names the line."""
-    from pytest_harness.spec.loader import validate_yaml
+    from pytest_harness.spec.where import validate_yaml
     from pytest_harness.spec.yamlio import parse_yaml
 
     doc = parse_yaml(text, file=file, max_bytes=MAX_BYTES)
