@@ -4,6 +4,9 @@ Nothing is extracted and nothing is imported: members are read by name from an a
 with their decompressed bytes counted while reading, so a lying size or a decompression bomb
 stops at the limit. `verify_archive` never raises on a malformed archive: every defect is an
 `ArchiveIssue` with a code. `playback` raises `ArchiveError` for an invalid archive.
+
+This module reads the ZIP (member names and headers, sizes, decompression); `archive.checks`
+checks what the members hold.
 """
 
 from __future__ import annotations
@@ -15,73 +18,27 @@ import stat
 import zipfile
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from pytest_harness.archive.format import (
-    ARCHIVE_FORMAT,
-    ARCHIVE_VERSION,
-    ARTIFACT_MEMBER,
-    MANIFEST,
-    RECORDS,
-    BundleLimits,
-    DuplicateKey,
-    loads,
-    outstanding,
+from pytest_harness.archive.checks import (
+    ArchiveRead,
+    Invalid,
+    check_catalogue,
+    check_complete,
+    check_manifest,
+    check_records,
+    check_state,
+    decode_json,
 )
-from pytest_harness.archive.report import ArchiveIssue, Playback, VerificationReport
+from pytest_harness.archive.format import ARTIFACT_MEMBER, MANIFEST, RECORDS, BundleLimits
+from pytest_harness.archive.report import Playback, VerificationReport
 from pytest_harness.errors import ArchiveError
-from pytest_harness.store.base import JOURNAL_FORMAT
-from pytest_harness.tools.artifacts import ARTIFACT_URI
 
 __all__ = ["playback", "replayable_records", "verify_archive"]
 
 _CHUNK = 64 * 1024
-_ENDED = frozenset({"completed", "refused", "limited", "failed", "cancelled"})
-_STATUSES = _ENDED | {"running", "awaiting_approval", "awaiting_resolution", "paused"}
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_ARTIFACT_STATUSES = frozenset({"included", "omitted", "missing", "corrupt"})
-
-
-def _kinds() -> frozenset[str]:
-    from pytest_harness.runtime.journal import KINDS
-
-    return KINDS
-
-
-class _Invalid(Exception):
-    """Stop reading: the archive is invalid (the issue is already noted)."""
-
-
-@dataclass
-class _Read:
-    """What reading gathered so far."""
-
-    path: str
-    limits: BundleLimits
-    issues: list[ArchiveIssue] = field(default_factory=list)
-    manifest: dict[str, Any] | None = None
-    records: list[dict[str, Any]] = field(default_factory=list)
-    artifacts: dict[str, bytes] = field(default_factory=dict)
-
-    def issue(self, code: str, message: str, seq: int | None = None) -> None:
-        self.issues.append(ArchiveIssue(code=code, message=message, seq=seq))
-
-    def fatal(self, code: str, message: str, seq: int | None = None) -> _Invalid:
-        self.issue(code, message, seq)
-        return _Invalid()
-
-    def report(self) -> VerificationReport:
-        valid = all(issue.affects == "complete" for issue in self.issues)
-        return VerificationReport(
-            path=self.path,
-            valid=valid,
-            complete=valid and not self.issues,
-            issues=tuple(self.issues),
-            manifest=self.manifest,
-        )
 
 
 def verify_archive(
@@ -137,15 +94,15 @@ def replayable_records(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any],
 # -- reading ----------------------------------------------------------------------------------
 
 
-def _read(source: str | os.PathLike[str] | bytes, limits: BundleLimits) -> _Read:
+def _read(source: str | os.PathLike[str] | bytes, limits: BundleLimits) -> ArchiveRead:
     shown = "(bytes)" if isinstance(source, bytes) else os.fspath(source)
-    read = _Read(path=shown, limits=limits)
+    read = ArchiveRead(path=shown, limits=limits)
     try:
         data = _archive_bytes(source, read)
         with zipfile.ZipFile(BytesIO(data)) as archive:
             members = _members(archive, read)
             _contents(archive, members, read)
-    except _Invalid:
+    except Invalid:
         pass
     except (zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
         read.issue("bad_zip", f"not a readable ZIP archive: {exc}")
@@ -162,7 +119,7 @@ def _read(source: str | os.PathLike[str] | bytes, limits: BundleLimits) -> _Read
     return read
 
 
-def _archive_bytes(source: str | os.PathLike[str] | bytes, read: _Read) -> bytes:
+def _archive_bytes(source: str | os.PathLike[str] | bytes, read: ArchiveRead) -> bytes:
     limit = read.limits.max_archive_bytes
     if isinstance(source, bytes):
         data = source
@@ -182,7 +139,7 @@ def _archive_bytes(source: str | os.PathLike[str] | bytes, read: _Read) -> bytes
     return data
 
 
-def _members(archive: zipfile.ZipFile, read: _Read) -> dict[str, zipfile.ZipInfo]:
+def _members(archive: zipfile.ZipFile, read: ArchiveRead) -> dict[str, zipfile.ZipInfo]:
     """Check every member's name and header before reading anything."""
     limits = read.limits
     infos = archive.infolist()
@@ -241,7 +198,7 @@ def _members(archive: zipfile.ZipFile, read: _Read) -> dict[str, zipfile.ZipInfo
 
 
 def _member(
-    archive: zipfile.ZipFile, info: zipfile.ZipInfo, read: _Read, budget: list[int]
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, read: ArchiveRead, budget: list[int]
 ) -> bytes:
     """Read one member, counting decompressed bytes against the limits as they come."""
     limit = min(read.limits.max_member_bytes, budget[0])
@@ -276,24 +233,15 @@ def _member(
     return b"".join(chunks)
 
 
-def _json(data: bytes, what: str, read: _Read, seq: int | None = None) -> Any:
-    try:
-        return loads(data.decode("utf-8"))
-    except DuplicateKey as exc:
-        raise read.fatal("duplicate_key", f"{what}: {exc}", seq) from None
-    except UnicodeDecodeError:
-        raise read.fatal("bad_json", f"{what} is not UTF-8", seq) from None
-    except (ValueError, RecursionError) as exc:
-        raise read.fatal("bad_json", f"{what} is not JSON: {exc}", seq) from None
-
-
-def _contents(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], read: _Read) -> None:
+def _contents(
+    archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], read: ArchiveRead
+) -> None:
     budget = [read.limits.max_expanded_bytes]
-    manifest = _json(_member(archive, members[MANIFEST], read, budget), MANIFEST, read)
-    _check_manifest(manifest, read)
+    manifest = decode_json(_member(archive, members[MANIFEST], read, budget), MANIFEST, read)
+    check_manifest(manifest, read)
     read.manifest = manifest
     records_bytes = _member(archive, members[RECORDS], read, budget)
-    _check_records(records_bytes, manifest, read)
+    check_records(records_bytes, manifest, read)
     for name, info in members.items():
         match = ARTIFACT_MEMBER.match(name)
         if match is None:
@@ -305,283 +253,6 @@ def _contents(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], rea
                 "checksum_mismatch", f"artifact member {name!r} does not hash to its name"
             )
         read.artifacts[sha] = data
-    _check_catalogue(manifest, read)
-    _check_state(manifest, read)
-    _check_complete(manifest, read)
-
-
-# -- checks -----------------------------------------------------------------------------------
-
-
-def _want(
-    value: Any,
-    kind: type | tuple[type, ...],
-    what: str,
-    read: _Read,
-    code: str = "bad_manifest",
-    seq: int | None = None,
-) -> Any:
-    if isinstance(value, bool) and kind in (int, (int, float)):
-        raise read.fatal(code, f"{what} must be {_kind_name(kind)}, got {value!r}", seq)
-    if not isinstance(value, kind):
-        raise read.fatal(code, f"{what} must be {_kind_name(kind)}, got {_short(value)}", seq)
-    return value
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {
-        dict: "an object",
-        list: "an array",
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        bool: "a boolean",
-        type(None): "null",
-    }
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _check_manifest(manifest: Any, read: _Read) -> None:
-    _want(manifest, dict, "manifest.json", read)
-    fmt = manifest.get("format")
-    if fmt != ARCHIVE_FORMAT:
-        raise read.fatal(
-            "bad_manifest", f"manifest format must be {ARCHIVE_FORMAT!r}, got {_short(fmt)}"
-        )
-    version = manifest.get("version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise read.fatal(
-            "bad_manifest", f"manifest version must be an integer, got {_short(version)}"
-        )
-    if version != ARCHIVE_VERSION:
-        newer = "newer than" if version > ARCHIVE_VERSION else "not"
-        raise read.fatal(
-            "unsupported_version",
-            f"the archive is {ARCHIVE_FORMAT}@{version}, {newer} the version this "
-            f"pytest-harness reads ({ARCHIVE_FORMAT}@{ARCHIVE_VERSION})"
-            + ("; upgrade pytest-harness" if version > ARCHIVE_VERSION else ""),
-        )
-    for key in ("session_id", "run_id", "task"):
-        _want(manifest.get(key), str, f"manifest {key}", read)
-    final = _want(manifest.get("final_state"), dict, "manifest final_state", read)
-    if final.get("status") not in _STATUSES:
-        raise read.fatal(
-            "bad_manifest",
-            f"manifest final_state.status is {_short(final.get('status'))}, not a run status",
-        )
-    _want(manifest.get("unresolved"), list, "manifest unresolved", read)
-    policy = _want(manifest.get("policy"), dict, "manifest policy", read)
-    for key in ("include_payloads", "include_artifacts"):
-        _want(policy.get(key), bool, f"manifest policy.{key}", read)
-    records = _want(manifest.get("records"), dict, "manifest records", read)
-    _want(records.get("count"), int, "manifest records.count", read)
-    _want(records.get("bytes"), int, "manifest records.bytes", read)
-    sha = _want(records.get("sha256"), str, "manifest records.sha256", read)
-    if not _HEX64.match(sha):
-        raise read.fatal("bad_manifest", f"manifest records.sha256 is not a SHA-256: {_short(sha)}")
-    catalogue = _want(manifest.get("artifacts"), list, "manifest artifacts", read)
-    seen: set[str] = set()
-    for index, entry in enumerate(catalogue):
-        _want(entry, dict, f"manifest artifacts[{index}]", read)
-        sha = entry.get("sha256")
-        if not isinstance(sha, str) or not _HEX64.match(sha):
-            raise read.fatal("bad_manifest", f"manifest artifacts[{index}].sha256 is not a SHA-256")
-        if sha in seen:
-            raise read.fatal("bad_manifest", f"artifact {sha} is catalogued twice")
-        seen.add(sha)
-        if entry.get("status") not in _ARTIFACT_STATUSES:
-            raise read.fatal(
-                "bad_manifest",
-                f"artifact {sha} has status {_short(entry.get('status'))} (expected included, "
-                "omitted, missing or corrupt)",
-            )
-
-
-_RECORD_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "id": str,
-    "seq": int,
-    "format": int,
-    "session_id": str,
-    "run_id": str,
-    "step": int,
-    "attempt_id": (str, type(None)),
-    "ts": (int, float),
-    "execution_key": (str, type(None)),
-    "kind": str,
-    "payload": dict,
-    "omitted": bool,
-    "redacted": bool,
-}
-
-
-def _check_records(data: bytes, manifest: dict[str, Any], read: _Read) -> None:
-    declared = manifest["records"]
-    if hashlib.sha256(data).hexdigest() != declared["sha256"] or len(data) != declared["bytes"]:
-        raise read.fatal(
-            "checksum_mismatch", "records.jsonl does not match its checksum in the manifest"
-        )
-    if data and not data.endswith(b"\n"):
-        raise read.fatal("bad_record", "records.jsonl does not end with a newline")
-    lines = data.split(b"\n")[:-1] if data else []
-    limit = read.limits.max_records
-    if len(lines) > limit:
-        raise read.fatal(
-            "too_many_records", f"{len(lines)} records, over BundleLimits.max_records={limit}"
-        )
-    if len(lines) != declared["count"]:
-        raise read.fatal(
-            "checksum_mismatch",
-            f"records.jsonl holds {len(lines)} records; the manifest says {declared['count']}",
-        )
-    kinds = _kinds()
-    ids: set[str] = set()
-    for index, line in enumerate(lines, start=1):
-        record = _json(line, f"record {index} of records.jsonl", read, index)
-        _want(record, dict, f"record {index}", read, "bad_record", index)
-        for key, kind in _RECORD_FIELDS.items():
-            _want(record.get(key), kind, f"record {index} field {key!r}", read, "bad_record", index)
-        unknown = set(record) - set(_RECORD_FIELDS)
-        if unknown:
-            raise read.fatal(
-                "bad_record", f"record {index} has unknown fields {sorted(unknown)}", index
-            )
-        if record["format"] != JOURNAL_FORMAT:
-            raise read.fatal(
-                "unsupported_version",
-                f"record {index} is journal format {record['format']}; this pytest-harness "
-                f"reads format {JOURNAL_FORMAT}",
-                index,
-            )
-        if record["seq"] != index:
-            raise read.fatal(
-                "sequence_gap",
-                f"record {index} has seq {record['seq']}: the sequence must run 1, 2, 3, … "
-                "without gaps",
-                index,
-            )
-        if record["run_id"] != manifest["run_id"]:
-            raise read.fatal(
-                "mixed_run_ids",
-                f"record {index} belongs to run {_short(record['run_id'])}, not "
-                f"{manifest['run_id']}",
-                index,
-            )
-        if record["session_id"] != manifest["session_id"]:
-            raise read.fatal(
-                "mixed_session_ids",
-                f"record {index} belongs to session {_short(record['session_id'])}, not "
-                f"{manifest['session_id']}",
-                index,
-            )
-        if record["kind"] not in kinds:
-            raise read.fatal(
-                "bad_record", f"record {index} has unknown kind {_short(record['kind'])}", index
-            )
-        if record["id"] in ids:
-            raise read.fatal(
-                "bad_record", f"record {index} repeats the id of an earlier record", index
-            )
-        ids.add(record["id"])
-        read.records.append(record)
-
-
-def _check_catalogue(manifest: dict[str, Any], read: _Read) -> None:
-    catalogue = {entry["sha256"]: entry for entry in manifest["artifacts"]}
-    for sha in read.artifacts:
-        entry = catalogue.get(sha)
-        if entry is None or entry["status"] != "included":
-            raise read.fatal(
-                "artifact_not_catalogued", f"artifact member {sha} is not catalogued as included"
-            )
-    for sha, entry in catalogue.items():
-        if entry["status"] == "included" and sha not in read.artifacts:
-            raise read.fatal(
-                "missing_member", f"artifact {sha} is catalogued as included but absent"
-            )
-    for record in read.records:
-        if record["omitted"]:
-            continue
-        for match in ARTIFACT_URI.finditer(_text(record["payload"])):
-            if match.group(1) not in catalogue:
-                raise read.fatal(
-                    "artifact_not_catalogued",
-                    f"record {record['seq']} refers to artifact {match.group(1)}, which the "
-                    "manifest does not catalogue",
-                    record["seq"],
-                )
-
-
-def _text(value: Any) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _check_state(manifest: dict[str, Any], read: _Read) -> None:
-    status = manifest["final_state"]["status"]
-    checkpoints = [r for r in read.records if r["kind"] == "checkpoint"]
-    if status != "running" and read.records:
-        last = checkpoints[-1]["payload"].get("status") if checkpoints else None
-        if last != status:
-            raise read.fatal(
-                "final_state_mismatch",
-                f"the manifest says the run is {status}, but its last checkpoint record says "
-                f"{_short(last)}",
-            )
-    computed = [(u["kind"], u["attempt_id"], u["execution_key"]) for u in outstanding(read.records)]
-    declared = [
-        (u.get("kind"), u.get("attempt_id"), u.get("execution_key"))
-        for u in manifest["unresolved"]
-        if isinstance(u, dict)
-    ]
-    if computed != declared or len(declared) != len(manifest["unresolved"]):
-        raise read.fatal(
-            "unresolved_mismatch",
-            "the manifest's unresolved attempts do not match the records",
-        )
-
-
-def _check_complete(manifest: dict[str, Any], read: _Read) -> None:
-    records = read.records
-    if not records or records[0]["kind"] != "run.started":
-        read.issue(
-            "initial_record_missing", "the first record is not run.started", 1 if records else None
-        )
-    omitted = sum(1 for r in records if r["omitted"])
-    if omitted:
-        read.issue(
-            "payloads_omitted",
-            f"{omitted} of {len(records)} payloads are omitted (exported metadata-only; export "
-            "with include_payloads=True for a complete archive)",
-        )
-    redacted = [r["seq"] for r in records if r["redacted"] and not r["omitted"]]
-    if redacted:
-        read.issue(
-            "payload_redacted",
-            f"{len(redacted)} payloads were redacted on export (first: record {redacted[0]})",
-            redacted[0],
-        )
-    for entry in manifest["artifacts"]:
-        status = entry["status"]
-        if status != "included":
-            read.issue(f"artifact_{status}", f"artifact {entry['sha256']} is {status}")
-    status = manifest["final_state"]["status"]
-    if status not in _ENDED:
-        read.issue("not_terminal", f"the run had not ended when it was exported: it was {status}")
-    for attempt in outstanding(records):
-        what = (
-            f"model attempt {attempt['attempt_id']}"
-            if attempt["kind"] == "model"
-            else f"tool attempt {attempt['attempt_id']} (execution key {attempt['execution_key']})"
-        )
-        read.issue(
-            "outstanding_attempt",
-            f"{what} started at record {attempt['seq']} and has no outcome",
-            attempt["seq"],
-        )
+    check_catalogue(manifest, read)
+    check_state(manifest, read)
+    check_complete(manifest, read)
