@@ -4,6 +4,7 @@
 wants text deltas) and turns every failure into a `ModelError` whose message never holds the
 API key; each wire format (`openai`, `anthropic`) subclasses it to map requests and answers.
 httpx is imported by this module only, and this module only when a spec names a live provider.
+What an error body says (message, status, type) is read by `models.error_body`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,17 @@ import httpx
 from pytest_harness.errors import ModelError
 from pytest_harness.hookspecs import ProviderConfig
 from pytest_harness.models.base import ModelRequest, ModelResponse
+from pytest_harness.models.error_body import (
+    REPORTED_KINDS,
+    error_codes,
+    error_detail,
+    error_status,
+    is_refusal,
+    json_or_none,
+    snippet,
+    status_kind,
+)
 from pytest_harness.models.wire import Malformed, ServerReported, StreamState, iter_sse
-from pytest_harness.redaction import redact
 
 __all__ = [
     "BACKOFF_BASE",
@@ -51,18 +61,6 @@ RETRY_AFTER_CAP = 60.0
 """The longest `Retry-After` honoured: a longer ask is cut so one answer cannot park a run."""
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_REFUSAL_CODES = frozenset(
-    {"content_filter", "content_policy_violation", "responsibleaipolicyviolation"}
-)
-_REPORTED_KINDS = {
-    "rate_limit_error": "rate_limit",
-    "rate_limit_exceeded": "rate_limit",
-    "authentication_error": "auth",
-    "permission_error": "auth",
-    "invalid_request_error": "bad_request",
-}
-"""Error types reported in a body or a stream, by kind; any other is a `server` error."""
-_DETAIL_CHARS = 300
 _TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 """Options that cap an answer's output tokens: each must be a positive whole number."""
 
@@ -266,7 +264,7 @@ class HttpProvider:
         except ValueError:
             raise Malformed(
                 f"HTTP {response.status_code} with a body that is not JSON: "
-                f"{_snippet(response.content)}"
+                f"{snippet(response.content)}"
             ) from None
 
     async def _stream(
@@ -315,9 +313,9 @@ class HttpProvider:
     def status_error(self, response: httpx.Response, key: str) -> ModelError:
         """The `ModelError` for an answer with an HTTP error status."""
         status = response.status_code
-        payload = _json_or_none(response.content)
+        payload = json_or_none(response.content)
         error = payload.get("error") if isinstance(payload, Mapping) else None
-        detail = _redact(_error_detail(error) or _snippet(response.content), key)
+        detail = _redact(error_detail(error) or snippet(response.content), key)
         retry_after = parse_retry_after(response.headers)
         if status in (401, 403):
             return self.error(
@@ -330,7 +328,7 @@ class HttpProvider:
             kind, what = "timeout", "the server timed out"
         elif status == 409 or status >= 500:
             kind, what = "server", "server error"
-        elif _is_refusal(error):
+        elif is_refusal(error):
             kind, what = "refusal", "refused by the provider's content filter"
         elif 300 <= status < 400:
             location = safe_url(response.headers.get("location", ""))
@@ -351,16 +349,16 @@ class HttpProvider:
         that HTTP status: 429 a rate limit, 401/403 auth, 408 a time-out, 5xx a server error,
         another 4xx a bad request (not retried). A textual `type`/`code` maps by name.
         """
-        codes = _error_codes(error)
-        status = _error_status(error)
-        kind = "refusal" if _is_refusal(error) else "server"
+        codes = error_codes(error)
+        status = error_status(error)
+        kind = "refusal" if is_refusal(error) else "server"
         if kind == "server" and status is not None:
-            kind = _status_kind(status)
+            kind = status_kind(status)
         for code in codes if kind == "server" and status is None else ():
-            if code in _REPORTED_KINDS:
-                kind = _REPORTED_KINDS[code]
+            if code in REPORTED_KINDS:
+                kind = REPORTED_KINDS[code]
                 break
-        detail = _redact(_error_detail(error) or _snippet(json.dumps(error, default=str)), key)
+        detail = _redact(error_detail(error) or snippet(json.dumps(error, default=str)), key)
         what = codes[0] if codes else (f"error {status}" if status is not None else "an error")
         return self.error(kind, f"the server reported {what}: {detail}", usage=usage)
 
@@ -424,95 +422,3 @@ def _redact(value: object, key: str) -> str:
 def _describe(exc: BaseException, key: str) -> str:
     text = str(exc).strip()
     return _redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, key)
-
-
-def _json_or_none(content: bytes) -> Any:
-    try:
-        return json.loads(content)
-    except ValueError:
-        return None
-
-
-def _snippet(content: bytes | str) -> str:
-    text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
-    text = " ".join(text.split())
-    if not text:
-        return "(empty body)"
-    return repr(text[:_DETAIL_CHARS] + ("…" if len(text) > _DETAIL_CHARS else ""))
-
-
-def _clip(text: str) -> str:
-    text = " ".join(text.split())
-    return text[:_DETAIL_CHARS] + ("…" if len(text) > _DETAIL_CHARS else "")
-
-
-def _error_message(error: Any) -> str | None:
-    if isinstance(error, Mapping) and isinstance(error.get("message"), str):
-        return _clip(error["message"])
-    if isinstance(error, str) and error.strip():
-        return error.strip()[:_DETAIL_CHARS]
-    return None
-
-
-def _error_detail(error: Any) -> str | None:
-    """The error's message with what the server says behind it (credential keys redacted).
-
-    OpenRouter relays the upstream provider's own error in `metadata.raw` and names that
-    provider in `metadata.provider_name`; its `message` alone is often only "Provider returned
-    error".
-    """
-    message = _error_message(error)
-    metadata = error.get("metadata") if isinstance(error, Mapping) else None
-    if not isinstance(metadata, Mapping):
-        return message
-    metadata = redact(metadata)
-    parts = [message] if message else []
-    provider = metadata.get("provider_name")
-    if isinstance(provider, str) and provider.strip():
-        parts.append(f"provider {provider.strip()!r}")
-    raw = metadata.get("raw")
-    if raw is not None and raw != "":
-        text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
-        parts.append(f"raw: {_clip(text)}")
-    return "; ".join(parts) or None
-
-
-def _error_status(error: Any) -> int | None:
-    """The HTTP status an error body's numeric `code` (or `status`) stands for, if any."""
-    if not isinstance(error, Mapping):
-        return None
-    for field in ("code", "status"):
-        value = error.get(field)
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value.strip())
-        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
-            return value
-    return None
-
-
-def _status_kind(status: int) -> str:
-    """The kind of error an HTTP error status stands for."""
-    if status in (401, 403):
-        return "auth"
-    if status == 429:
-        return "rate_limit"
-    if status == 408:
-        return "timeout"
-    if status == 409 or status >= 500:
-        return "server"
-    return "bad_request"
-
-
-def _error_codes(error: Any) -> list[str]:
-    """The `type`, `code` and `innererror.code` of an error body, lower-cased."""
-    if not isinstance(error, Mapping):
-        return []
-    inner = error.get("innererror")
-    values = [error.get("type"), error.get("code")]
-    if isinstance(inner, Mapping):
-        values.append(inner.get("code"))
-    return [v.lower() for v in values if isinstance(v, str) and v and not v.strip().isdigit()]
-
-
-def _is_refusal(error: Any) -> bool:
-    return any(code in _REFUSAL_CODES for code in _error_codes(error))
