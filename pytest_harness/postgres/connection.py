@@ -24,10 +24,12 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from pytest_harness.errors import StoreError, UnknownRun
+from pytest_harness.errors import StoreError
 from pytest_harness.postgres.listen import Listener
 from pytest_harness.postgres.migrate import check_version, latest_version, migrate
-from pytest_harness.store.base import EventDraft, encode_json, stale_token
+from pytest_harness.postgres.sqltext import ACQUIRE, RELEASE, RENEW
+from pytest_harness.store.base import EventDraft, encode_json
+from pytest_harness.store.sql_base import SQLStoreBase
 
 __all__ = ["PostgresConnection", "redact_dsn"]
 
@@ -58,7 +60,7 @@ def _events_json(events: Sequence[EventDraft], what: str) -> str | None:
     return encode_json([{"kind": e.kind, "data": e.data} for e in events], what)
 
 
-class PostgresConnection:
+class PostgresConnection(SQLStoreBase):
     """A PostgreSQL schema's settings, connection pool and queries (`PostgresStore`'s base).
 
     `dsn` is a libpq connection string or `postgresql://` URL (a password in it is never shown
@@ -66,6 +68,11 @@ class PostgresConnection:
     when missing: lower-case letters, digits and `_`. `pool_min` and `pool_max` bound the
     connection pool; `connect_timeout` is how long opening waits for the server.
     """
+
+    _MARK = "%s"
+    _ACQUIRE = ACQUIRE
+    _RENEW = RENEW
+    _RELEASE = RELEASE
 
     def __init__(
         self,
@@ -242,23 +249,13 @@ class PostgresConnection:
         )
         return StoreError(f"postgres store {self.where}: cannot {what}: {detail}{tail}")
 
-    # -- shared checks -----------------------------------------------------------------------
+    # -- the dialect of `SQLStoreBase` -------------------------------------------------------
 
-    async def _require_run(self, run_id: str) -> None:
-        if not await self._q(
-            f"read run {run_id}", "SELECT 1 FROM runs WHERE run_id = %s", (run_id,)
-        ):
-            raise UnknownRun(run_id)
+    def _store_name(self) -> str:
+        return f"postgres store {self.where}"
 
-    async def _raise_stale(self, run_id: str, token: int) -> None:
-        rows = await self._q(
-            f"read run {run_id}",
-            "SELECT lease_token, lease_owner FROM runs WHERE run_id = %s",
-            (run_id,),
-        )
-        if not rows:
-            raise UnknownRun(run_id)
-        raise stale_token(run_id, token, rows[0][0], rows[0][1])
+    def _any_of(self, values: Sequence[str]) -> tuple[str, Sequence[list[str]]]:
+        return "= ANY(%s)", (list(values),)
 
     # -- following ---------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
-"""The Postgres store's writes: runs, leases and their fencing, the boundary commit, approvals.
+"""The Postgres store's writes: runs, claims and fencing, the boundary commit, approvals.
 
-Leases and fencing are as in the other stores: `commit`, the run loop's only write, is accepted
+Leases (taken, renewed and released as `store.sql_base` does for both SQL stores) and fencing
+are as in the other stores: `commit`, the run loop's only write, is accepted
 only while the caller's token is the run's current one, checked in the `WHERE` of the statement
 that writes. `claim_run` takes the oldest claimable run with `FOR UPDATE SKIP LOCKED`, so
 workers recovering at once each get a different run.
@@ -15,7 +16,7 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 import pytest_harness.postgres.sqltext as q
-from pytest_harness.errors import ResolutionError, RunBusy, StoreError, UnknownRun
+from pytest_harness.errors import StoreError, UnknownRun
 from pytest_harness.postgres.connection import PostgresConnection, _events_json, _loads, _text
 from pytest_harness.store.base import (
     ApprovalDecision,
@@ -25,7 +26,6 @@ from pytest_harness.store.base import (
     NewApproval,
     NewRun,
     RunRecord,
-    already_answered,
     check_control,
     check_decision,
     encode_json,
@@ -39,7 +39,7 @@ __all__ = ["PostgresRuns"]
 
 
 class PostgresRuns(PostgresConnection):
-    """Creating runs, their leases, the boundary commit, control requests and approvals."""
+    """Creating and claiming runs, the boundary commit, control requests and approvals."""
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -127,48 +127,7 @@ class PostgresRuns(PostgresConnection):
             raise UnknownRun(run_id)
         return _record(rows[0])
 
-    # -- leases ------------------------------------------------------------------------------
-
-    async def acquire_lease(self, run_id: str, owner: str, ttl: float) -> int:
-        """Take the lease unless another owner's is live; the new fencing token."""
-        if not ttl > 0:
-            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
-        what = f"take the lease of run {run_id}"
-        for _ in range(3):
-            now = time.time()
-            rows = await self._q(
-                what,
-                q.ACQUIRE,
-                {"owner": owner, "expires": now + ttl, "run_id": run_id, "now": now},
-            )
-            if rows:
-                return int(rows[0][0])
-            held = await self._q(
-                what, "SELECT lease_owner, lease_expires FROM runs WHERE run_id = %s", (run_id,)
-            )
-            if not held:
-                raise UnknownRun(run_id)
-            holder, expires = held[0]
-            now = time.time()
-            if holder is not None and expires is not None and expires > now:
-                raise RunBusy(run_id, holder, expires - now)
-        raise StoreError(  # pragma: no cover - needs three lost races in a row
-            f"postgres store {self.where}: cannot {what}: its lease kept changing hands; retry"
-        )
-
-    async def renew_lease(self, run_id: str, token: int, ttl: float) -> None:
-        """Extend the lease held with `token`; `StoreError` when it is stale or released."""
-        if not ttl > 0:
-            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
-        what = f"renew the lease of run {run_id}"
-        if await self._q(what, q.RENEW, (time.time() + ttl, run_id, token)):
-            return
-        await self._raise_stale(run_id, token)
-
-    async def release_lease(self, run_id: str, token: int) -> None:
-        """Give the lease up; nothing happens when `token` is stale."""
-        if not await self._q(f"release the lease of run {run_id}", q.RELEASE, (run_id, token)):
-            await self._require_run(run_id)
+    # -- claims ----------------------------------------------------------------------------
 
     async def claim_run(
         self,
@@ -262,23 +221,6 @@ class PostgresRuns(PostgresConnection):
         now_control: str | None = written[0][0]
         return now_control
 
-    async def _raise_taken(self, run_id: str, approval_ids: list[str]) -> None:
-        """Name the approval id that made a commit fail."""
-        rows = await self._q(
-            f"commit run {run_id}",
-            "SELECT approval_id FROM approvals WHERE approval_id = ANY(%s)",
-            (approval_ids,),
-        )
-        taken = {row[0] for row in rows}
-        seen: set[str] = set()
-        for approval_id in approval_ids:
-            if approval_id in taken or approval_id in seen:
-                raise StoreError(
-                    f"postgres store {self.where}: cannot commit run {run_id}: approval "
-                    f"{approval_id!r} already exists; nothing was written"
-                )
-            seen.add(approval_id)
-
     async def request_control(
         self, run_id: str, control: str, *, statuses: Collection[str]
     ) -> RunRecord:
@@ -336,23 +278,4 @@ class PostgresRuns(PostgresConnection):
         )
         if rows:
             return _approval(rows[0])
-        await self._require_run(run_id)
-        found = await self._q(
-            what,
-            "SELECT status, approver FROM approvals WHERE approval_id = %s AND run_id = %s",
-            (approval_id, run_id),
-        )
-        if not found:
-            raise ResolutionError(f"run {run_id} has no approval {approval_id!r}")
-        raise already_answered(run_id, approval_id, found[0][0], found[0][1])
-
-    async def approvals(self, run_id: str) -> list[ApprovalRow]:
-        """Every approval request of the run, oldest first."""
-        rows = await self._q(
-            f"read the approvals of run {run_id}",
-            f"SELECT {q.APPROVAL} FROM approvals WHERE run_id = %s ORDER BY seq",
-            (run_id,),
-        )
-        if not rows:
-            await self._require_run(run_id)
-        return [_approval(row) for row in rows]
+        await self._raise_undecided(run_id, approval_id, what)

@@ -15,6 +15,8 @@ so a stale token updates no row and inserts nothing. Events and approvals travel
 
 from __future__ import annotations
 
+from pytest_harness.store.rows import APPROVAL_COLUMNS
+
 __all__ = [
     "ACQUIRE",
     "ADD_SAMPLES",
@@ -35,10 +37,7 @@ RUN = (
     "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
     "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control, record"
 )
-APPROVAL = (
-    "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
-    "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"
-)
+APPROVAL = APPROVAL_COLUMNS
 
 
 def _journal_of(source: str) -> str:

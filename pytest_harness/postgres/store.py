@@ -3,8 +3,9 @@
 psycopg 3's async API with a connection pool; every connection works in autocommit mode and
 every write is one statement (`sqltext.py`), so a call is one round trip and atomic on its own.
 The store is put together from parts, each in its own module: `postgres.connection` (settings,
-the pool, queries, errors, `LISTEN`), `postgres.runs` (runs, leases, the boundary commit,
-approvals) and `postgres.history` (reads and eval samples).
+the pool, queries, errors, `LISTEN`), `postgres.runs` (runs, claims, the boundary commit,
+approvals) and `postgres.history` (reads and eval samples); leases and the read-backs of a
+write that found nothing are `store.sql_base`'s, which the SQLite store shares.
 """
 
 from __future__ import annotations

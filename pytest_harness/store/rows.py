@@ -22,6 +22,7 @@ from pytest_harness.store.base import (
 )
 
 __all__ = [
+    "APPROVAL_COLUMNS",
     "JOURNAL_COLUMNS",
     "Row",
     "approval_from_row",
@@ -103,8 +104,15 @@ def journal_json(run_id: str, drafts: Sequence[JournalDraft]) -> str | None:
     )
 
 
+APPROVAL_COLUMNS = (
+    "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
+    "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"
+)
+"""The `approvals` columns `approval_from_row` reads, in its order."""
+
+
 def approval_from_row(row: Row) -> ApprovalRow:
-    """An `approvals` row (its columns in the stores' order) as an `ApprovalRow`."""
+    """An `approvals` row (`APPROVAL_COLUMNS`) as an `ApprovalRow`."""
     return ApprovalRow(
         approval_id=row[0],
         run_id=row[1],

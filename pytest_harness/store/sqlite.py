@@ -45,7 +45,9 @@ The store is put together from parts, each in its own module: `store.sqlite_file
 opening, migrating), `store.sqlite_connection` (the connection, where each statement runs,
 errors), `store.sqlite_schema` (the migrations),
 `store.sqlite_statements` (the statements and row decoding), `store.sqlite_runs`,
-`store.sqlite_approvals` and `store.sqlite_journal` (the operations of the `Store` protocol).
+`store.sqlite_approvals` and `store.sqlite_journal` (the operations of the `Store` protocol);
+the leases and the read-backs of a write that found nothing are `store.sql_base`'s, which the
+Postgres store shares.
 """
 
 from __future__ import annotations

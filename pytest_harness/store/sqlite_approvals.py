@@ -1,21 +1,19 @@
-"""The SQLite store's approvals: compare-and-set decisions, and the requests of a run."""
+"""The SQLite store's approvals: compare-and-set decisions (listing them is `store.sql_base`'s)."""
 
 from __future__ import annotations
 
 import time
 
-from pytest_harness.errors import ResolutionError
 from pytest_harness.store.base import (
     ApprovalDecision,
     ApprovalRow,
     EventDraft,
     JournalDraft,
-    already_answered,
     check_decision,
     encode_json,
 )
 from pytest_harness.store.sqlite_connection import SQLiteConnection
-from pytest_harness.store.sqlite_statements import _APPROVAL, _DECIDE, _approval, _journal_json
+from pytest_harness.store.sqlite_statements import _DECIDE, _approval, _journal_json
 
 __all__ = ["SQLiteApprovals"]
 
@@ -62,23 +60,4 @@ class SQLiteApprovals(SQLiteConnection):
         )
         if rows:
             return _approval(rows[0])
-        await self._require_run(run_id)
-        found = await self._q(
-            what,
-            "SELECT status, approver FROM approvals WHERE approval_id = ? AND run_id = ?",
-            (approval_id, run_id),
-        )
-        if not found:
-            raise ResolutionError(f"run {run_id} has no approval {approval_id!r}")
-        raise already_answered(run_id, approval_id, found[0][0], found[0][1])
-
-    async def approvals(self, run_id: str) -> list[ApprovalRow]:
-        """Every approval request of the run, oldest first."""
-        rows = await self._q(
-            f"read the approvals of run {run_id}",
-            f"SELECT {_APPROVAL} FROM approvals WHERE run_id = ? ORDER BY seq",
-            (run_id,),
-        )
-        if not rows:
-            await self._require_run(run_id)
-        return [_approval(row) for row in rows]
+        await self._raise_undecided(run_id, approval_id, what)

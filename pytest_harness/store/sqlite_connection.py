@@ -42,9 +42,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from pytest_harness.errors import StoreError, UnknownRun
+from pytest_harness.errors import StoreError
+from pytest_harness.store.sql_base import SQLStoreBase
 from pytest_harness.store.sqlite_file import check_sqlite, connect, create_file, make_private
 from pytest_harness.store.sqlite_file import migrate as migrate_file
+from pytest_harness.store.sqlite_statements import _ACQUIRE as ACQUIRE
+from pytest_harness.store.sqlite_statements import _RELEASE as RELEASE
+from pytest_harness.store.sqlite_statements import _RENEW as RENEW
 from pytest_harness.store.sqlite_statements import _Row
 
 __all__ = ["SQLiteConnection", "Synchronous"]
@@ -77,8 +81,13 @@ def _text_bytes(params: Sequence[Any] | Mapping[str, Any]) -> int:
     return size
 
 
-class SQLiteConnection:
+class SQLiteConnection(SQLStoreBase):
     """One SQLite file and its lazily opened connection: the base of `SQLiteStore`."""
+
+    _MARK = "?"
+    _ACQUIRE = ACQUIRE
+    _RENEW = RENEW
+    _RELEASE = RELEASE
 
     def __init__(
         self,
@@ -387,12 +396,11 @@ class SQLiteConnection:
             message += "; nothing was written"
         return StoreError(message)
 
-    async def _require_run(self, run_id: str) -> None:
-        """Raise `UnknownRun` unless the run exists (after a write or read found nothing)."""
-        if not await self._q(
-            f"read run {run_id}", "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)
-        ):
-            raise UnknownRun(run_id)
+    def _store_name(self) -> str:
+        return f"sqlite store {self.path}"
+
+    def _any_of(self, values: Sequence[str]) -> tuple[str, Sequence[str]]:
+        return f"IN ({', '.join('?' * len(values))})", list(values)
 
 
 def _transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:

@@ -1,8 +1,9 @@
-"""The SQLite store's runs: creation, leases, fenced commits, control requests, listings, claims.
+"""The SQLite store's runs: creation, fenced commits, control requests, listings, claims.
 
 Each write is one statement, or one transaction (`create_run`, `commit`: the run's row, then
 its events); `commit` carries a boundary's approval requests and journal entries to the
-triggers that file them (`store.sqlite` says why).
+triggers that file them (`store.sqlite` says why). Leases, and the read-backs of a write that
+found nothing, are the SQL stores' own (`store.sql_base`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from pytest_harness.errors import RunBusy, StoreError, UnknownRun
+from pytest_harness.errors import StoreError, UnknownRun
 from pytest_harness.store.base import (
     EventDraft,
     JournalDraft,
@@ -21,20 +22,16 @@ from pytest_harness.store.base import (
     RunRecord,
     check_control,
     encode_json,
-    stale_token,
 )
 from pytest_harness.store.rows import approvals_json_of, list_runs_query
 from pytest_harness.store.sqlite_connection import SQLiteConnection
 from pytest_harness.store.sqlite_statements import (
-    _ACQUIRE,
     _CLAIM,
     _CLAIM_PICK,
     _COMMIT,
     _CONTROL,
     _CREATE,
     _EVENT,
-    _RELEASE,
-    _RENEW,
     _RUN,
     _journal_json,
     _loads,
@@ -46,7 +43,7 @@ __all__ = ["SQLiteRuns"]
 
 
 class SQLiteRuns(SQLiteConnection):
-    """Runs and their leases in a SQLite file."""
+    """Runs in a SQLite file."""
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -132,59 +129,6 @@ class SQLiteRuns(SQLiteConnection):
             raise UnknownRun(run_id)
         return _record(rows[0])
 
-    # -- leases --------------------------------------------------------------------------
-
-    async def acquire_lease(self, run_id: str, owner: str, ttl: float) -> int:
-        """Take the lease unless another owner's is live; the new fencing token."""
-        if not ttl > 0:
-            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
-        what = f"take the lease of run {run_id}"
-        for _ in range(3):
-            now = time.time()
-            rows = await self._w(
-                what, _ACQUIRE, {"owner": owner, "expires": now + ttl, "run_id": run_id, "now": now}
-            )
-            if rows:
-                return int(rows[0][0])
-            held = await self._q(
-                what, "SELECT lease_owner, lease_expires FROM runs WHERE run_id = ?", (run_id,)
-            )
-            if not held:
-                raise UnknownRun(run_id)
-            holder, expires = held[0]
-            now = time.time()
-            if holder is not None and expires is not None and expires > now:
-                raise RunBusy(run_id, holder, expires - now)
-            # The lease was released or expired between the two statements: try again.
-        raise StoreError(  # pragma: no cover - needs three lost races in a row
-            f"sqlite store {self.path}: cannot {what}: its lease kept changing hands; retry"
-        )
-
-    async def renew_lease(self, run_id: str, token: int, ttl: float) -> None:
-        """Extend the lease held with `token`; `StoreError` when it is stale or released."""
-        if not ttl > 0:
-            raise ValueError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
-        what = f"renew the lease of run {run_id}"
-        if await self._w(what, _RENEW, (time.time() + ttl, run_id, token)):
-            return
-        await self._raise_stale(run_id, token)
-
-    async def release_lease(self, run_id: str, token: int) -> None:
-        """Give the lease up; nothing happens when `token` is stale."""
-        what = f"release the lease of run {run_id}"
-        if not await self._w(what, _RELEASE, (run_id, token)):
-            await self._require_run(run_id)
-
-    async def _raise_stale(self, run_id: str, token: int) -> None:
-        rows = await self._q(
-            f"read run {run_id}",
-            "SELECT lease_token, lease_owner FROM runs WHERE run_id = ?",
-            (run_id,),
-        )
-        if not rows:
-            raise UnknownRun(run_id)
-        raise stale_token(run_id, token, rows[0][0], rows[0][1])
-
     # -- commits and control -------------------------------------------------------------
 
     async def commit(
@@ -258,24 +202,6 @@ class SQLiteRuns(SQLiteConnection):
         if rows:
             return _record(rows[0])
         return await self.get_run(run_id)
-
-    async def _raise_taken(self, run_id: str, approval_ids: list[str]) -> None:
-        """Name the approval id that made a commit fail, if one is already taken."""
-        marks = ", ".join("?" * len(approval_ids))
-        rows = await self._q(
-            f"commit run {run_id}",
-            f"SELECT approval_id FROM approvals WHERE approval_id IN ({marks})",
-            approval_ids,
-        )
-        taken = {row[0] for row in rows}
-        seen: set[str] = set()
-        for approval_id in approval_ids:
-            if approval_id in taken or approval_id in seen:
-                raise StoreError(
-                    f"sqlite store {self.path}: cannot commit run {run_id}: approval "
-                    f"{approval_id!r} already exists; nothing was written"
-                )
-            seen.add(approval_id)
 
     # -- listings and claims -------------------------------------------------------------
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pytest_harness.store.rows import approval_from_row, journal_json, record_from_row
+from pytest_harness.store.rows import (
+    APPROVAL_COLUMNS,
+    approval_from_row,
+    journal_json,
+    record_from_row,
+)
 
 _Row = tuple[Any, ...]
 _loads = json.loads
@@ -21,10 +26,7 @@ _RUN = (
     "run_id, session_id, task, tenant, principal, input, labels, idempotency_key, status, "
     "state, created_at, updated_at, lease_owner, lease_token, lease_expires, control, record"
 )
-_APPROVAL = (
-    "approval_id, run_id, execution_key, args_digest, tool, args, rule_id, approvers, "
-    "requested_by, self_approve, status, approver, approver_roles, reason, decided_at"
-)
+_APPROVAL = APPROVAL_COLUMNS
 
 _CREATE = (
     "INSERT INTO runs (run_id, session_id, task, tenant, tenant_key, principal, input, labels, "
