@@ -130,6 +130,8 @@ _KEY_IN_TEXT = (
     r"private[_\-]?key|secret[_\-]?key|credentials?|session[_\-]?id|auth|cookie)"
 )
 """A credential key as it appears in text (`password`, `clientSecret`, `x-api-key`, …)."""
+_KEY_NEEDLES = ("pass", "secret", "token", "key", "credential", "session", "auth", "cookie")
+"""Lower-case substrings one of which every `_KEY_IN_TEXT` match holds."""
 
 SECRET_PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
@@ -199,10 +201,43 @@ def _plugin_patterns() -> tuple[SecretPattern, ...]:
     return tuple(found)
 
 
+_NEEDLES: dict[str, tuple[str, ...]] = {
+    "private-key-block": ("private key",),
+    "authorization-header": ("authorization",),
+    "bearer-token": ("bearer",),
+    "anthropic-key": ("sk-ant-",),
+    "openai-key": ("sk-",),
+    "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "gitlab-token": ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-"),
+    "aws-access-key-id": ("a3t", "akia", "asia", "abia", "acca"),
+    "slack-token": ("xox",),
+    "stripe-key": ("_live_", "_test_"),
+    "google-api-key": ("aiza",),
+    "sendgrid-key": ("sg.",),
+    "pypi-token": ("pypi-",),
+    "npm-token": ("npm_",),
+    "jwt": ("eyj",),
+    "url-credentials": ("://",),
+    "quoted-key-value": _KEY_NEEDLES,
+    "key-value": _KEY_NEEDLES,
+}
+"""For each built-in shape, substrings one of which every match holds, in lower case: a text
+that holds none of them cannot match, and is not scanned for that shape. A regular expression
+tries a match at every position, so on a long tool result the generic key-value shapes cost
+about half a microsecond a character; a substring search costs next to nothing. The text is
+searched as `_folded` makes it, so what `(?i)` matches is found (Unicode has four letters that
+it takes for ASCII ones)."""
+
+
 @functools.cache
-def _scanners() -> tuple[Callable[[str], str], ...]:
-    """One substitution per shape (built-in, then plugins'), compiled once per process."""
-    return tuple(_scanner(p.compiled()) for p in (*SECRET_PATTERNS, *_plugin_patterns()))
+def _scanners() -> tuple[tuple[Callable[[str], str], tuple[str, ...]], ...]:
+    """One substitution per shape (built-in, then plugins'), compiled once per process.
+
+    Each comes with the substrings one of which a match needs (none for a plugin's shape: it
+    always runs).
+    """
+    built_in = tuple((_scanner(p.compiled()), _NEEDLES[p.name]) for p in SECRET_PATTERNS)
+    return built_in + tuple((_scanner(p.compiled()), ()) for p in _plugin_patterns())
 
 
 def _scanner(pattern: re.Pattern[str]) -> Callable[[str], str]:
@@ -222,9 +257,27 @@ def _scanner(pattern: re.Pattern[str]) -> Callable[[str], str]:
 
 def redact_text(text: str) -> str:
     """`text` with every secret shape replaced, keeping each one's label."""
-    for scan in _scanners():
-        text = scan(text)
+    lowered = _folded(text)
+    for scan, needles in _scanners():
+        if needles and not any(needle in lowered for needle in needles):
+            continue
+        changed = scan(text)
+        if changed != text:
+            lowered = _folded(changed)
+        text = changed
     return text
+
+
+_FOLD = {0x130: "i", 0x131: "i", 0x17F: "s"}
+"""The characters other than ASCII letters that `(?i)` matches to one: U+0130 and U+0131 (the
+dotted capital and dotless small i) and U+017F (long s); U+212A (the Kelvin sign) too, which
+`str.lower` already makes `k`. U+0130 is mapped before lower-casing, which would make it two
+characters and split a word."""
+
+
+def _folded(text: str) -> str:
+    """`text` lower-cased as `(?i)` sees ASCII letters, for the search for `_NEEDLES`."""
+    return (text if text.isascii() else text.translate(_FOLD)).lower()
 
 
 # -- values ----------------------------------------------------------------------------------

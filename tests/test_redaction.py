@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from pytest_harness.redaction import (
     REDACTED,
+    SECRET_PATTERNS,
     SecretPattern,
+    _scanner,
     comparable,
     is_credential_key,
     redact,
@@ -169,3 +171,116 @@ def test_redaction_is_idempotent_and_keeps_the_shape(value: object) -> None:
 def test_redacting_text_never_fails_and_is_idempotent(text: str) -> None:
     once = redact_text(text)
     assert redact_text(once) == once
+
+
+def _every_shape(text: str) -> str:
+    """`redact_text` without the substring search that skips shapes: every shape runs."""
+    for pattern in SECRET_PATTERNS:
+        text = _scanner(pattern.compiled())(text)
+    return text
+
+
+_SHAPE_PIECES = st.sampled_from(
+    [
+        "password",
+        "PaSsWd",
+        "pa\u017fsword",
+        "sess\u0130on_id",
+        "sess\u0131on-id",
+        "x-api-\u212aey",
+        "secretKey",
+        "TOKEN",
+        "auth",
+        "Cookie",
+        "credentials",
+        "Bearer ",
+        "authorization:",
+        "sk-",
+        "sk-ant-api03-",
+        "ghp_",
+        "github_pat_",
+        "glpat-",
+        "AKIA",
+        "xoxb-",
+        "sk_live_",
+        "AIza",
+        "SG.",
+        "pypi-AgE",
+        "npm_",
+        "eyJhbGciOi",
+        ".eyJzdWIi",
+        "://user:",
+        "@host",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "-----END RSA PRIVATE KEY-----",
+        "=",
+        ": ",
+        "'",
+        '"',
+        '\\"',
+        " ",
+        "\n",
+        "abcdefghijklmnopqrstuvwxyz0123456789",
+        "ABCDEFGHIJKLMNOP",
+        "_-.",
+        "\u00e9",
+        "\U0001f600",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_SHAPE_PIECES, st.text(max_size=8)), max_size=24).map("".join))
+def test_skipping_shapes_whose_substrings_are_absent_changes_nothing(text: str) -> None:
+    # the substring search only skips a shape that cannot match: the result is the same as
+    # running every shape, whatever the casing (and the letters `(?i)` takes for ASCII ones)
+    assert redact_text(text) == _every_shape(text)
+
+
+SHAPE_SAMPLES = {
+    "private-key-block": "-----BEGIN EC PRIVATE KEY-----\nabc\n-----END EC PRIVATE KEY-----",
+    "authorization-header": "Proxy-Authorization: Basic dXNlcjpwYXNz",
+    "bearer-token": "BEARER abcdefgh.ijk",
+    "anthropic-key": "sk-ant-abcdefghijklmnopqrstuv",
+    "openai-key": "sk-proj-abcdefghijklmnopqrstuv",
+    "github-token": "gho_abcdefghijklmnopqrstuvwxyz",
+    "gitlab-token": "glsoat-abcdefghijklmnopqrstuvwxyz",
+    "aws-access-key-id": "ASIAABCDEFGHIJKLMNOP",
+    "slack-token": "xoxp-1234567890-abc",
+    "stripe-key": "rk_test_abcdefghijklmnop1234",
+    "google-api-key": "AIza" + "a" * 35,
+    "sendgrid-key": "SG." + "a" * 22 + "." + "b" * 43,
+    "pypi-token": "pypi-AgE" + "a" * 50,
+    "npm-token": "npm_" + "a" * 36,
+    "jwt": "eyJhbGciOiJI.eyJzdWIiOiIx.sig",
+    "url-credentials": "redis://u:s3cr3t@cache",
+    "quoted-key-value": "db_passwd = 'a b'",
+    "key-value": "X-Session-Id: abc123",
+}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        *SHAPE_SAMPLES.values(),
+        "pa\u017fsword=hunter2",
+        "sess\u0130on_id=abc123",
+        "sess\u0131on-id: abc123",
+        "x-api-\u212aey: zzzzzzzz",
+        "\u00e9 AUTH_TOKEN='t0k'",
+        "COOKIE=abc; credentialS: xyz",
+    ],
+)
+def test_every_shape_still_finds_its_secrets_in_any_casing(text: str) -> None:
+    assert redact_text(text) == _every_shape(text) != text
+
+
+def test_every_built_in_shape_has_a_sample() -> None:
+    assert set(SHAPE_SAMPLES) == {pattern.name for pattern in SECRET_PATTERNS}
+
+
+def test_a_long_text_with_no_secret_is_kept_and_a_late_secret_is_found() -> None:
+    # a 320 KB tool result: the generic key-value shapes alone cost about 0.5 s a scan
+    text = "order A-1001 shipped to Berlin; " * 10_000
+    assert redact_text(text) == text
+    assert redact_text(text + " password=hunter2") == text + " password=[REDACTED]"

@@ -59,14 +59,16 @@ def _fixed_parts(request: ModelRequest, content: dict[str, Any]) -> dict[str, st
     return found.canonical
 
 
-_MESSAGE_LENGTH = 4096
-"""Messages up to this length of canonical JSON keep their redacted form (`_messages`)."""
-
 _CACHED_MESSAGES = 1024
-"""How many messages' redacted forms are remembered (at most 1,024 of 4 KiB or less)."""
+"""How many messages' redacted forms are remembered."""
+
+_CACHED_CHARACTERS = 16 * 1024 * 1024
+"""How many characters the remembered messages may hold in all (keys and redacted forms)."""
 
 _messages: dict[str, tuple[str, bool]] = {}
 """Canonical JSON of a message → that of its redacted form, and whether that holds an id."""
+_held = 0
+"""The characters `_messages` holds."""
 
 
 def _messages_canonical(messages: Any) -> str | None:
@@ -74,9 +76,13 @@ def _messages_canonical(messages: Any) -> str | None:
 
     A run's requests repeat its earlier messages, so each message's redacted form is kept
     by its own canonical JSON (redaction depends on nothing else): a message seen before
-    costs one encoding, not a redaction, an id scan and an encoding. A message that cannot
-    be encoded (or messages that are not a list) go the whole way, failing as they did.
+    costs one encoding, not a redaction, an id scan and an encoding. Long ones too: a tool
+    result of a few hundred KB would otherwise be redacted again at every later turn of the
+    run. What is kept is bounded by count and by characters, and forgotten all at once when
+    either is reached. A message that cannot be encoded (or messages that are not a list) go
+    the whole way, failing as they did.
     """
+    global _held
     if type(messages) is not list and type(messages) is not tuple:
         return None
     parts = []
@@ -89,10 +95,13 @@ def _messages_canonical(messages: Any) -> str | None:
         if found is None:
             redacted = redact(message)
             found = (canonical_json(redacted), holds_ids(redacted))
-            if len(raw) <= _MESSAGE_LENGTH:
-                if len(_messages) >= _CACHED_MESSAGES:
+            size = len(raw) + len(found[0])
+            if size <= _CACHED_CHARACTERS:
+                if len(_messages) >= _CACHED_MESSAGES or _held + size > _CACHED_CHARACTERS:
                     _messages.clear()
+                    _held = 0
                 _messages[raw] = found
+                _held += size
         if found[1]:
             return None
         parts.append(found[0])

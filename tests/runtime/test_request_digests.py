@@ -92,3 +92,27 @@ def test_a_remembered_message_gives_the_digests_of_its_content_whatever_its_form
         for messages in turns:
             req = request("You help.", messages)
             assert request_digests(req, req.content()) == expected(req)
+
+
+def test_a_long_message_is_redacted_once_for_all_the_requests_that_repeat_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tool result of 320 KB is redacted at the request that first holds it, not again at
+    every later turn (each redaction of it scanned every secret shape, about a second)."""
+    from pytest_harness.redaction import redact
+    from pytest_harness.runtime import request_digests as module
+
+    big: Message = {"role": "tool", "content": "order A-1001 shipped; password=hunter2 " * 8_000}
+    redacted: list[object] = []
+
+    def counting(value: object) -> object:
+        redacted.append(value)
+        return redact(value)
+
+    monkeypatch.setattr(module, "redact", counting)
+    messages: list[Message] = [USER, big]
+    for turn in range(4):
+        req = request("You help.", messages)
+        assert request_digests(req, req.content()) == expected(req)
+        messages = [*messages, {"role": "assistant", "content": f"turn {turn}"}]
+    assert sum(1 for value in redacted if value == big) == 1
