@@ -122,11 +122,11 @@ class WorkerProcess:
             env={**os.environ, "EFFECTS": effects, **(env or {})},
             text=True,
         )
-        deadline = time.monotonic() + 30
-        while "ready on" not in self.output():
+        deadline = time.monotonic() + 60  # a loaded 2-core machine takes its time to import
+        while "ready on" not in (said := self.output()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(f"the worker did not start: {self.output()}")
+                self.stop()  # closes the log: what it said was read before
+                raise AssertionError(f"the worker did not start: {said}")
             time.sleep(0.1)
 
     def __enter__(self) -> WorkerProcess:
