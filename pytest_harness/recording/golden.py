@@ -202,10 +202,17 @@ _CURRENT = f"{FORMAT}@{VERSION}"
 
 
 def _read_fast(text: str) -> _File | None:
-    """The file's content when it is plain YAML in the current format and valid; else None."""
-    from pytest_harness.spec.yamlio import NOT_PLAIN, plain_yaml
+    """The file's content when it is plain YAML in the current format and valid; else None.
 
-    data = plain_yaml(text, max_bytes=MAX_BYTES)
+    Read line by line when it is the block YAML `dump_recording` writes (`block_yaml`), else
+    from libyaml's events (`plain_yaml`); the strict reader answers for anything else.
+    """
+    from pytest_harness.spec.yamlio import NOT_PLAIN, plain_yaml
+    from pytest_harness.spec.yamllines import block_yaml
+
+    data = block_yaml(text, max_bytes=MAX_BYTES)
+    if data is NOT_PLAIN:
+        data = plain_yaml(text, max_bytes=MAX_BYTES)
     if data is NOT_PLAIN or not isinstance(data, dict) or data.get("format") != _CURRENT:
         return None
     try:

@@ -1,10 +1,11 @@
-"""The golden file reader's fast path (`plain_yaml`, no lines) agrees with the strict one.
+"""The golden file reader's fast paths (`block_yaml`, `plain_yaml`) agree with the strict one.
 
-`plain_yaml` builds values straight from libyaml's events and answers only for plain
-documents; `parse_yaml` builds them from the node tree with the line of every key. Hypothesis
-checks, on generated YAML, hostile YAML and mutated golden files, that whenever the fast path
-answers it answers exactly what the strict path builds (types included), and that it never
-answers for a text the strict path refuses: an invalid file is still an error with its line.
+`block_yaml` reads the block YAML our dumper writes line by line; `plain_yaml` builds values
+straight from libyaml's events and answers only for plain documents; `parse_yaml` builds them
+from the node tree with the line of every key. Hypothesis checks, on generated YAML, hostile
+YAML and mutated golden files, that whenever a fast path answers it answers exactly what
+`yaml.safe_load` and the strict path build (types included), and that it never answers for a
+text the strict path refuses: an invalid file is still an error with its line.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording import golden
 from pytest_harness.recording.model import Recording
 from pytest_harness.spec.yamlio import NOT_PLAIN, parse_yaml, plain_yaml
+from pytest_harness.spec.yamllines import block_yaml
 from tests.strategies import json_like
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +57,14 @@ def strict(text: str, max_bytes: int = 1_048_576) -> Any:
         return exc
 
 
+def loaded(text: str) -> Any:
+    """What `yaml.safe_load` returns, or the error it raises."""
+    try:
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError) as exc:
+        return exc
+
+
 def check_agree(text: str, max_bytes: int = 1_048_576) -> Any:
     fast = plain_yaml(text, max_bytes=max_bytes)
     slow = strict(text, max_bytes)
@@ -62,6 +72,21 @@ def check_agree(text: str, max_bytes: int = 1_048_576) -> Any:
         assert fast is NOT_PLAIN, f"the fast path read a file the strict one refuses: {slow}"
     elif fast is not NOT_PLAIN:
         assert same(fast, slow), (fast, slow)
+    check_lines_agree(text, max_bytes)
+    return fast
+
+
+def check_lines_agree(text: str, max_bytes: int = 1_048_576) -> Any:
+    """`block_yaml` answers what both `yaml.safe_load` and `parse_yaml` build, or declines."""
+    fast = block_yaml(text, max_bytes=max_bytes)
+    if fast is NOT_PLAIN:
+        return fast
+    slow = strict(text, max_bytes)
+    assert not isinstance(slow, SpecError), (
+        f"the line reader read a text the strict one refuses: {slow}"
+    )
+    assert same(fast, slow), (text, fast, slow)
+    assert same(fast, loaded(text)), (text, fast, loaded(text))
     return fast
 
 
@@ -126,6 +151,102 @@ def test_the_fast_path_counts_the_size_cap_as_the_strict_one() -> None:
     assert isinstance(strict(text, max_bytes=250), SpecError)
     assert plain_yaml(text, max_bytes=250) is NOT_PLAIN
     assert plain_yaml(text, max_bytes=400) == {"x": "\u2028" * 100}
+
+
+def golden_dump(doc: Any) -> str:
+    """`doc` written as `dump_recording` writes a recording."""
+    return yaml.dump(
+        doc,
+        Dumper=golden._Dumper,
+        sort_keys=False,
+        allow_unicode=True,
+        default_flow_style=False,
+        width=100,
+    )
+
+
+STRINGS = ["it's", 'say "hi"', "a: b", "a:b", "- x", "#x", "x #y", " lead", "trail ", "é ✓ 漢"]
+STRINGS += ["two\nlines", "two\nlines\n", "\n\nblank first", " lead\nline", "ends\n\n\n", "x\n  y"]
+STRINGS += ["'q'", '"q"', "|", ">", "[a]", "{a: 1}", "&a", "*a", "!t", "%", "@", "`", "?", ":"]
+STRINGS += ["-", "-1", "+1", "0.5", "1.", "01", "0x1F", "1_0", "1e3", "null", "~", "on", "No"]
+STRINGS += ["2001-12-14", "12:30", "<<", "=", "", " ", "a  b", "tab\tin", "x" * 120]
+golden_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from(STRINGS)
+    | st.text(alphabet=st.sampled_from(list("ab :#'\"\n-é✓ ")), max_size=12)
+    | st.text(max_size=12)
+)
+golden_like = st.recursive(
+    golden_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["order_id", "on", "a b", "x.y", "_k", "'", "1", "é"])
+            | st.text(max_size=6),
+            inner,
+            max_size=5,
+        )
+    ),
+    max_leaves=25,
+)
+
+
+@SETTINGS
+@given(golden_like)
+def test_the_line_reader_reads_what_safe_load_reads_or_declines(doc: Any) -> None:
+    for text in (golden_dump(doc), golden_dump({"format": "x", "doc": doc})):
+        check_lines_agree(text)
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(["task", "input", "k_1"]), golden_leaf, min_size=1))
+def test_the_line_reader_reads_plain_golden_values(doc: dict[str, Any]) -> None:
+    text = golden_dump(doc)
+    plain = all(
+        isinstance(v, bool | int | type(None))
+        or (isinstance(v, str) and v.isalnum() and v.isascii() and not v.isdigit())
+        for v in doc.values()
+    )
+    answer = check_lines_agree(text)
+    if plain and all(v not in ("on", "No", "null") for v in doc.values()):
+        assert answer is not NOT_PLAIN, text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 1\na: 2\n",  # a duplicate key
+        "on: 1\n",  # a key that resolves to a bool
+        "a: 1\n\nb: 2\n",  # a blank line between keys
+        "a: 1 # c\n",  # a comment
+        "a: long\n  continued\n",  # a plain scalar over two lines
+        "a: 'quoted\n  on two'\n",  # a quoted one
+        'a: "esc\\n"\n',  # a double-quoted escape
+        "a: |\n\n  blank first\n",  # a literal block starting blank
+        "a:\tb\n",  # a tab
+        "a: [1]\n",  # a flow collection
+        "a: &x 1\nb: *x\n",  # an anchor and an alias
+        "a: 0x1F\n",  # an int the reader leaves to the loader
+        "a: 2001-12-14\n",  # a date
+        "--- \na: 1\n",  # a document marker
+        "a:\n  - 1\n  b: 2\n",  # a syntax error
+        "a: 1\n  b: 2\n",  # another
+        "a: " + "1" * 5000 + "\n",  # an int over Python's digits
+    ],
+)
+def test_the_line_reader_declines_what_is_outside_its_subset(text: str) -> None:
+    assert block_yaml(text, max_bytes=1_048_576) is NOT_PLAIN
+    check_agree(text)
+
+
+def test_the_line_reader_reads_the_projects_golden_files() -> None:
+    for path in GOLDENS:
+        text = path.read_text(encoding="utf-8")
+        if "recording@2" in text:
+            assert check_lines_agree(text) is not NOT_PLAIN, path
 
 
 # -- golden files ---------------------------------------------------------------------------
