@@ -201,7 +201,12 @@ class RecordingItem(pytest.Item):
         return self.path, None, f"replay {self.shown}"
 
     def teardown(self) -> None:
-        """Keep the replay's data on the call (or setup) report only, not on teardown's."""
+        """Keep the replay's data on the call (or setup) report only, not on teardown's.
+
+        The item lets its recording go: pytest keeps every item to the session's end, and
+        10,000 recordings held there are what the garbage collector walks again and again.
+        """
+        self._recording = None
         self.user_properties[:] = [p for p in self.user_properties if p[0] != REPLAY_PROPERTY]
 
     def _publish(self, data: dict[str, Any]) -> None:
