@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from pytest_harness.hookspecs import StoreFactory
 from pytest_harness.plugins import registry
 from pytest_harness.runtime.harness import Harness
 from pytest_harness.runtime.harness_base import EndedRuns
 from pytest_harness.runtime.plan import Plans
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Store
+
+if TYPE_CHECKING:
+    from pytest_harness.hookspecs import StoreFactory
 
 __all__ = ["load"]
 
@@ -78,4 +80,4 @@ def _make_store(spec: Spec, store: Store | str | None) -> Store:
 
         known = registry("harness_stores").names()
         raise spec.error(f"unknown store {name!r}{did_you_mean(name, known)}", ("state", "use"))
-    return cast(StoreFactory, factory)(state, spec)
+    return cast("StoreFactory", factory)(state, spec)

@@ -1,29 +1,35 @@
-"""The plugin manager: hook specs, entry points, and the built-ins registered like any plugin."""
+"""The plugin manager: hook specs, entry points, and the built-ins registered like any plugin.
+
+pluggy, the hook specs and logging are imported when the manager is first made (a run's first
+store or model), not with this module: the `ph.load` path imports it and never needs them.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib
-import logging
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import pluggy
-
-from pytest_harness import hookspecs
 from pytest_harness.errors import HarnessError
 
-__all__ = ["Registry", "notify_checkpoint", "plugin_manager", "registry"]
+if TYPE_CHECKING:
+    import pluggy
+
+__all__ = ["Registry", "checkpoint_hooks", "notify_checkpoint", "plugin_manager", "registry"]
 
 T = TypeVar("T")
 BUILTINS = "pytest_harness.builtins"
 """The built-in plugin's module, named as its `pytest_harness` entry point names it."""
-logger = logging.getLogger(__name__)
 
 
 @functools.cache
 def plugin_manager() -> pluggy.PluginManager:
     """The process's plugin manager, with entry-point plugins and the built-ins loaded."""
+    import pluggy
+
+    from pytest_harness import hookspecs
+
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     pm.load_setuptools_entrypoints(hookspecs.PROJECT)
@@ -64,19 +70,28 @@ def registry(hook: str) -> Registry:
     return Registry(hook.removeprefix("harness_").replace("_", " ").rstrip("s"), caller())
 
 
+def checkpoint_hooks() -> bool:
+    """Whether any `harness_checkpoint` hook is registered now (none: nothing to tell)."""
+    return bool(plugin_manager().hook.harness_checkpoint.get_hookimpls())
+
+
 def notify_checkpoint(*, session_id: str, run_id: str, status: str, phase: str) -> None:
     """Call every `harness_checkpoint` hook after a committed boundary, each on its own.
 
     A hook that raises is logged with its plugin's name and does not stop the others; nothing
-    it does can change the run, which has already committed.
+    it does can change the run, which has already committed. With no hook nothing is built.
     """
-    caller = plugin_manager().hook.harness_checkpoint
+    impls = plugin_manager().hook.harness_checkpoint.get_hookimpls()
+    if not impls:
+        return
     given = {"session_id": session_id, "run_id": run_id, "status": status, "phase": phase}
-    for impl in reversed(caller.get_hookimpls()):  # pluggy's own calling order
+    for impl in reversed(impls):  # pluggy's own calling order
         try:  # an implementation may take only some of the arguments, as in any pluggy call
             impl.function(**{name: given[name] for name in impl.argnames})
         except Exception:
-            logger.exception(
+            import logging
+
+            logging.getLogger(__name__).exception(
                 "harness_checkpoint hook of plugin %r raised at %s of run %s (status %s); "
                 "the run goes on",
                 impl.plugin_name,

@@ -77,6 +77,17 @@ def test_the_load_path_imports_no_yaml_store_driver_or_renderer() -> None:
     assert [m for m in ours if m.removeprefix("pytest_harness.") in unwanted] == []
 
 
+def test_the_load_path_imports_no_pluggy_hookspecs_or_redaction() -> None:
+    """pluggy and the hook specs come with the plugin manager (a harness's first store or
+    model), redaction and the request digests with a recorded run's first model call (#13)."""
+    _, ours = loaded_after(
+        "import sys\nimport pytest_harness as ph\nph.load\n"
+        "assert 'pluggy' not in sys.modules, 'the load path imported pluggy'"
+    )
+    deferred = ("hookspecs", "redaction", "runtime.request_digests", "builtins")
+    assert [m for m in ours if m.removeprefix("pytest_harness.") in deferred] == []
+
+
 def test_a_public_name_imports_what_it_needs_only() -> None:
     heavy, ours = loaded_after("from pytest_harness import HarnessError, RunResult")
     assert heavy == []

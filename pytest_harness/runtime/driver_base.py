@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_harness.errors import StoreError
 from pytest_harness.models.base import Message
-from pytest_harness.plugins import notify_checkpoint
+from pytest_harness.plugins import checkpoint_hooks, notify_checkpoint
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.clock import monotonic, now
 from pytest_harness.runtime.events import EventHub
@@ -300,7 +300,7 @@ class DriverBase:
 
     def notify(self, status: RunStatus, phase: Boundary) -> None:
         """Tell the `harness_checkpoint` hooks that the run committed `phase` with `status`."""
-        if not self.ctx.hooks:
+        if not self.ctx.hooks or not checkpoint_hooks():
             return
         notify_checkpoint(
             session_id=self.record.session_id,

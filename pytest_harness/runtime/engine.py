@@ -55,7 +55,6 @@ from pytest_harness.models.base import Message
 from pytest_harness.runtime.approvals import CallApprovals, approval_id, args_digest, execution_key
 from pytest_harness.runtime.driver_base import DriveContext, DriveStopped, ToolHandoff, _Deadline
 from pytest_harness.runtime.guards import apply_guards
-from pytest_harness.runtime.model_calls import PARTS as PARTS
 from pytest_harness.runtime.model_calls import ModelCalls, _answer
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.tool_calls import ToolCalls

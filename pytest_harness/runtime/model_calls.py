@@ -20,7 +20,6 @@ from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.clock import id_hex, monotonic, now
 from pytest_harness.runtime.driver_base import AttemptLost, DriverBase, _Deadline
 from pytest_harness.runtime.plan import ModelLink
-from pytest_harness.runtime.request_digests import PARTS, request_digests
 from pytest_harness.runtime.retrying import (
     FirstEvent,
     RetryClock,
@@ -31,7 +30,7 @@ from pytest_harness.runtime.retrying import (
 from pytest_harness.runtime.trace import Decision
 from pytest_harness.store.base import EventDraft
 
-__all__ = ["PARTS", "ModelCalls"]
+__all__ = ["ModelCalls"]
 
 
 def _answer(response: ModelResponse) -> dict[str, Any]:
@@ -258,6 +257,9 @@ class ModelCalls(DriverBase):
         the attempt it lost is journaled as `model.interrupted`. A drive that is not `durable`
         (a replay's) sends the entry with its next commit instead.
         """
+        # imported here: only a recorded run digests its requests (redaction comes with it)
+        from pytest_harness.runtime.request_digests import request_digests
+
         content = request.content()
         # digests of the redacted request, so golden files compare equal: whole, and part
         # by part, so a replay can say which part changed

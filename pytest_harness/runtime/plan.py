@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pytest_harness.cel import CelProgram
-from pytest_harness.hookspecs import GuardCheckFactory, ProviderConfig, ProviderFactory
 from pytest_harness.models.base import ModelProvider, ToolSchema
 from pytest_harness.models.live import check_live
 from pytest_harness.plugins import registry
@@ -20,6 +19,7 @@ from pytest_harness.spec.schema import Budget, GuardSpec, ModelSpec, RuleSpec, T
 from pytest_harness.spec.spec import KeyPath, Spec
 
 if TYPE_CHECKING:
+    from pytest_harness.hookspecs import GuardCheckFactory, ProviderFactory
     from pytest_harness.spec.schema import ToolSpec
     from pytest_harness.tools.context import ToolContext
     from pytest_harness.tools.registry import ToolOutcome, ToolSet
@@ -99,7 +99,9 @@ class Plans:
         """The provider of model `name` (built once)."""
         if name not in self._providers:
             model = self.spec.document.models[name]
-            factory = cast(ProviderFactory, registry("harness_model_providers").get(model.use))
+            factory = cast("ProviderFactory", registry("harness_model_providers").get(model.use))
+            from pytest_harness.hookspecs import ProviderConfig
+
             where: KeyPath = ("models", name)
             config = ProviderConfig(name=name, model=model, spec=self.spec, key_path=where)
             self._providers[name] = factory(config)
@@ -132,7 +134,7 @@ class Plans:
                 "or name a function as 'pkg.module:function'",
                 (*where, "check"),
             )
-        return cast(GuardCheckFactory, factory)(guard, self.spec, where)
+        return cast("GuardCheckFactory", factory)(guard, self.spec, where)
 
     def _plan(self, name: str) -> TaskPlan:
         task = self.spec.task(name)
