@@ -6,12 +6,12 @@ form for calls it settles without invoking them (denied, declined, unknown, reso
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
+from pytest_harness.store.helpers import json_text
 from pytest_harness.tools.artifacts import Artifact, collect_artifacts
 
 __all__ = ["OutcomeKind", "ToolOutcome"]
@@ -70,18 +70,17 @@ class ToolOutcome:
         """
         if isinstance(result, str):
             return cls(ok=True, kind="ok", value=result, text=result)
+        try:  # one pass for a result of JSON's own types (an `Artifact` is not one)
+            value = _plain_copy(result)
+        except _NotPlain:
+            value = _NOT_PLAIN
+        if value is not _NOT_PLAIN:
+            return cls(ok=True, kind="ok", value=value, text=json_text(value))
         found: list[Artifact] = []
         result = collect_artifacts(result, found)
         if found:
             outcome = cls.success(result)
             return replace(outcome, artifacts=tuple(found))
-        try:
-            value = _plain_copy(result)
-        except _NotPlain:
-            value = _NOT_PLAIN
-        if value is not _NOT_PLAIN:
-            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-            return cls(ok=True, kind="ok", value=value, text=text)
         from pydantic_core import to_json, to_jsonable_python
 
         try:
@@ -154,22 +153,45 @@ _MAX_DEPTH = 64
 
 
 def _plain_copy(value: Any, depth: int = 0) -> Any:
-    """A copy of a result made of JSON's own types, which `json.dumps` writes as `to_json` does.
+    """A copy of a result made of JSON's own types, which `json_text` writes as `to_json` does.
 
     Strings (UTF-8 encodable), integers, booleans, None, finite floats that `repr` writes
     without an exponent (`1e+16` is `1e16` to pydantic_core), lists, and dicts with string keys:
     for these `to_jsonable_python` changes nothing but makes the copy, and the compact JSON of
     both writers is the same text (checked against pydantic_core in the tests). Anything else
     raises `_NotPlain`: pydantic_core converts it (tuples, dataclasses, models, NaN, ...).
+    The items of a container that are ASCII strings, integers, booleans or None are taken as
+    they are, without a call each (most of a result's leaves).
     """
     cls = type(value)
+    if cls is dict:
+        if depth >= _MAX_DEPTH:
+            raise _NotPlain
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            kind = type(item)
+            out[key if key.isascii() else _plain_str(key)] = (
+                item
+                if kind is int or kind is bool or item is None or (kind is str and item.isascii())
+                else _plain_copy(item, depth + 1)
+            )
+        return out
+    if cls is list:
+        if depth >= _MAX_DEPTH:
+            raise _NotPlain
+        return [
+            item
+            if (kind := type(item)) is int
+            or kind is bool
+            or item is None
+            or (kind is str and item.isascii())
+            else _plain_copy(item, depth + 1)
+            for item in value
+        ]
     if cls is str:
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _NotPlain from None
-        return value
+        return _plain_str(value)
     if cls is int or cls is bool or value is None:
         return value
     if cls is float:
@@ -177,18 +199,17 @@ def _plain_copy(value: Any, depth: int = 0) -> Any:
         if "e" in shown or "n" in shown:  # an exponent, inf or nan
             raise _NotPlain
         return value
-    if depth >= _MAX_DEPTH:
-        raise _NotPlain
-    if cls is list:
-        return [_plain_copy(item, depth + 1) for item in value]
-    if cls is dict:
-        out = {}
-        for key, item in value.items():
-            if type(key) is not str:
-                raise _NotPlain
-            out[_plain_copy(key, depth + 1)] = _plain_copy(item, depth + 1)
-        return out
     raise _NotPlain
+
+
+def _plain_str(value: str) -> str:
+    """`value` when it is UTF-8 encodable (no lone surrogates), else `_NotPlain`."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _NotPlain from None
+    return value
 
 
 def _finite(value: Any) -> Any:
