@@ -313,7 +313,7 @@ def result_from_state(
         usage=Usage.from_dict(state.get("usage") or {}),
         approval=approval if run_status is RunStatus.AWAITING_APPROVAL else None,
         pending=tuple(pending) if not run_status.ended else (),
-        trace=Trace.from_list(state.get("trace") or []),
+        trace=Trace._of_state(state.get("trace") or ()),
         labels=dict(labels),
         limit=state.get("limit"),
     )

@@ -99,10 +99,31 @@ class ToolCall:
 class Trace(Sequence[Decision]):
     """The ordered decisions of a run, with helpers for assertions."""
 
-    __slots__ = ("_decisions",)
+    __slots__ = ("_built", "_source")
 
     def __init__(self, decisions: Sequence[Decision] = ()) -> None:
-        self._decisions = tuple(decisions)
+        self._built: tuple[Decision, ...] | None = tuple(decisions)
+        self._source: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def _of_state(cls, data: Sequence[Mapping[str, Any]]) -> Trace:
+        """The trace of a run's state, its decisions built when first read.
+
+        Most results' traces are never read. The entries must never change: a drive appends
+        whole entries to its state's trace and never changes one (`runtime.state.StateText`).
+        """
+        trace = cls.__new__(cls)
+        trace._built = None
+        trace._source = tuple(data)
+        return trace
+
+    @property
+    def _decisions(self) -> tuple[Decision, ...]:
+        built = self._built
+        if built is None:
+            built = self._built = tuple(Decision.from_dict(d) for d in self._source)
+            self._source = ()
+        return built
 
     @overload
     def __getitem__(self, index: int) -> Decision: ...
@@ -114,7 +135,8 @@ class Trace(Sequence[Decision]):
         return self._decisions[index]
 
     def __len__(self) -> int:
-        return len(self._decisions)
+        built = self._built
+        return len(self._source) if built is None else len(built)
 
     def __iter__(self) -> Iterator[Decision]:
         return iter(self._decisions)
@@ -127,7 +149,7 @@ class Trace(Sequence[Decision]):
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(len(self._decisions))
+        return hash(len(self))
 
     def __repr__(self) -> str:
         return f"Trace({list(self._decisions)!r})"
