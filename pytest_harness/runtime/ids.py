@@ -1,8 +1,9 @@
 """Random ids for runs, sessions, attempts and journal entries: version-4 UUIDs, made quickly.
 
 `uuid.uuid4()` builds a `UUID` object to print it; a recorded run takes some thirty ids, so
-these format the same 122 random bits (from `os.urandom`, with the version and variant bits
-set as RFC 4122 says) straight into the text `uuid4().hex` and `str(uuid4())` give.
+these format the same 122 random bits (from `os.urandom`, drawn for many ids at once, with the
+version and variant bits set as RFC 4122 says) straight into the text `uuid4().hex` and
+`str(uuid4())` give.
 
 A journal entry's id only has to be unique (a retried write keeps it, and the store skips an id
 it holds): `unique_text` gives one in the same form without a system call per id, a random
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterator
 
 __all__ = ["unique_text", "uuid4_hex", "uuid4_text"]
 
@@ -20,10 +22,33 @@ _VARIANT = "89ab89ab89ab89ab"
 """The variant nibble (`10xx`) for each value of a random nibble, by its low two bits."""
 
 
+_POOL = 64
+"""How many ids one `os.urandom` call draws the bits of."""
+
+_pool: Iterator[str] = iter(())
+"""The random ids drawn and not yet given (a list's iterator: a thread's `next` is atomic)."""
+
+
+def _fill() -> str:
+    """Draw the bits of `_POOL` ids at once: the first one, the others left in `_pool`."""
+    global _pool
+    digits = os.urandom(16 * _POOL).hex()
+    drawn = [
+        f"{digits[i : i + 12]}4{digits[i + 13 : i + 16]}"
+        f"{_VARIANT[int(digits[i + 16], 16)]}{digits[i + 17 : i + 32]}"
+        for i in range(0, 32 * _POOL, 32)
+    ]
+    _pool = iter(drawn[1:])
+    return drawn[0]
+
+
 def uuid4_hex() -> str:
-    """A random version-4 UUID as 32 hex digits, like `uuid.uuid4().hex`."""
-    digits = os.urandom(16).hex()
-    return f"{digits[:12]}4{digits[13:16]}{_VARIANT[int(digits[16], 16)]}{digits[17:]}"
+    """A random version-4 UUID as 32 hex digits, like `uuid.uuid4().hex`.
+
+    Its 122 random bits come from a pool drawn `_POOL` ids at a time (one system call, not
+    one per id); a forked child draws its own.
+    """
+    return next(_pool, None) or _fill()
 
 
 def uuid4_text() -> str:
@@ -60,5 +85,12 @@ def unique_text() -> str:
     return f"{prefix}{n:012x}"
 
 
-if hasattr(os, "register_at_fork"):  # POSIX: a forked child never counts on its parent's ids
-    os.register_at_fork(after_in_child=_draw)
+def _forked() -> None:
+    """In a forked child: a new prefix for `unique_text`, no random id of the parent's pool."""
+    global _pool
+    _pool = iter(())
+    _draw()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX: a forked child never reuses its parent's ids
+    os.register_at_fork(after_in_child=_forked)

@@ -69,3 +69,24 @@ def test_a_forked_child_draws_its_own_prefix() -> None:
     os.close(read)
     os.waitpid(pid, 0)
     assert child[:24] != unique_text()[:24]
+
+
+def test_ids_drawn_past_one_pool_stay_version_4_uuids() -> None:
+    drawn = [uuid4_hex() for _ in range(3 * ids._POOL + 1)]
+    assert len(set(drawn)) == len(drawn)
+    assert {uuid.UUID(hex=text).version for text in drawn} == {4}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork")
+def test_a_forked_child_draws_its_own_random_ids() -> None:
+    uuid4_hex()  # the parent's pool holds ids not given yet
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, uuid4_hex().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child != uuid4_hex()
