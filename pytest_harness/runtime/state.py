@@ -215,12 +215,37 @@ class StateText:
                 group[key] = value
                 continue
             if group:
-                parts.append(json_text(group)[1:-1])  # `{…}` without its braces
+                parts.append(_group_text(group))
                 group = {}
             parts.append(_key_text(key) + cached.text(value))
         if group:
-            parts.append(json_text(group)[1:-1])
+            parts.append(_group_text(group))
         return "{" + ",".join(parts) + "}"
+
+
+_GROUPS: dict[tuple[tuple[str, Any], ...], str] = {}
+"""The text of groups of only strings, integers and None (`{"v": 1, "phase": "model"}`)."""
+
+_GROUPS_KEPT = 64
+
+
+def _group_text(group: dict[str, Any]) -> str:
+    """`group`'s JSON text without its braces.
+
+    A group of only strings, integers and None is encoded once (exact types: `True == 1` and
+    `1.0 == 1` must not find the text of `1`).
+    """
+    for value in group.values():
+        kind = type(value)
+        if kind is not str and kind is not int and value is not None:
+            return json_text(group)[1:-1]
+    key = tuple(group.items())
+    text = _GROUPS.get(key)
+    if text is None:
+        if len(_GROUPS) >= _GROUPS_KEPT:
+            _GROUPS.clear()
+        text = _GROUPS[key] = json_text(group)[1:-1]
+    return text
 
 
 _KEYS: dict[str, str] = {}

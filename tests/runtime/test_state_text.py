@@ -104,3 +104,10 @@ async def test_a_tool_that_changes_its_arguments_changes_nothing_the_run_committ
     calls = [m for m in stored.state["messages"] if m.get("tool_calls")]
     # the model was sent what the store holds: the arguments as proposed
     assert seen == [calls[0]["tool_calls"][0]["args"]] == [{"items": ["a"]}]
+
+
+def test_a_group_of_scalars_read_again_is_its_own_text() -> None:
+    """`{"v": 1, "phase": ...}` is kept by value: `True` and `1.0` (equal to `1`) are not `1`."""
+    for phase in ["model", "tools", "model", True, 1, 1.0, None, "é\u2028"]:
+        state = RunState(phase=phase)  # type: ignore[arg-type]
+        assert encode_json(StateText().prepared(state.to_dict()), "s") == whole(state.to_dict())
