@@ -29,7 +29,7 @@ from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.plan import Plans, TaskPlan
 from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus
-from pytest_harness.runtime.state import RunState, call_approvals
+from pytest_harness.runtime.state import call_approvals, initial_state
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import EventDraft, NewRun, RunRecord, Store
 
@@ -231,7 +231,7 @@ class HarnessBase:
                 labels=merged_labels,
                 idempotency_key=idempotency_key,
                 status=RunStatus.RUNNING.value,
-                state=RunState().to_dict(),
+                state=initial_state(),
                 events=[EventDraft("run_started", {"task": task})],
                 record=record,
                 journal=journal,

@@ -28,7 +28,7 @@ from pytest_harness.runtime.results import (
 from pytest_harness.runtime.trace import Trace
 from pytest_harness.store.helpers import PreparedJSON, json_text
 
-__all__ = ["RunState", "StateText", "call_approvals", "result_from_state"]
+__all__ = ["RunState", "StateText", "call_approvals", "initial_state", "result_from_state"]
 
 STATE_VERSION = 1
 
@@ -158,6 +158,19 @@ class RunState:
             "usd": self.usd,
             "tool_calls": self.tool_calls,
         }
+
+
+_INITIAL: list[str] = []
+"""The text of a new run's state (the same for every run), once made."""
+
+
+def initial_state() -> PreparedJSON:
+    """`RunState().to_dict()` for a new run, with its text (encoded once per process)."""
+    state = RunState().to_dict()
+    if not _INITIAL:
+        _INITIAL.append(json_text(state))
+    text = _INITIAL[0]
+    return PreparedJSON(state, lambda: text)
 
 
 class _ListText:

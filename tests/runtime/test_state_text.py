@@ -111,3 +111,12 @@ def test_a_group_of_scalars_read_again_is_its_own_text() -> None:
     for phase in ["model", "tools", "model", True, 1, 1.0, None, "é\u2028"]:
         state = RunState(phase=phase)  # type: ignore[arg-type]
         assert encode_json(StateText().prepared(state.to_dict()), "s") == whole(state.to_dict())
+
+
+def test_a_new_runs_state_is_its_whole_encoding() -> None:
+    from pytest_harness.runtime.state import initial_state
+
+    for _ in range(2):  # the text made, then the text kept
+        state = initial_state()
+        assert state == RunState().to_dict()
+        assert encode_json(state, "s") == whole(RunState().to_dict())
