@@ -106,7 +106,7 @@ class ModelRequest:
         return f"{last.get('role')}: {content[:80]!r}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class TokenUsage:
     """Tokens one model answer cost."""
 
@@ -114,7 +114,7 @@ class TokenUsage:
     output_tokens: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class ProposedCall:
     """A tool call the model asks for."""
 
@@ -123,7 +123,7 @@ class ProposedCall:
     args: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class ModelResponse:
     """A model's answer: text, tool calls, or both.
 

@@ -73,7 +73,7 @@ class DriveStopped(Exception):
         self.run_id = run_id
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class DriveContext:
     """What a driver needs from the harness."""
 

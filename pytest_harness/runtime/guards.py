@@ -77,7 +77,7 @@ class GuardChecker(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class GuardOutcome:
     """The text after a chain of guards, their decisions, and the guard that blocked, if any."""
 

@@ -21,7 +21,7 @@ from pytest_harness.spec.schema import Effect, RuleSpec
 __all__ = ["RuleVerdict", "evaluate_rules"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class RuleVerdict:
     """What the rules decided for one call, and the decisions that record it.
 

@@ -93,7 +93,7 @@ __all__ = [
 ApprovalDecision = Literal["approve", "decline"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class EventDraft:
     """An event to append in the same transaction as the boundary it describes."""
 
@@ -216,7 +216,7 @@ class ApprovalRow:
     decided_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class NewRun:
     """A run to create.
 
@@ -245,7 +245,7 @@ class NewRun:
     lease_ttl: float | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class RunRecord:
     """A run as stored."""
 

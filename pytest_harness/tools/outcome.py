@@ -45,7 +45,7 @@ _MAX_SHOWN = 80
 """Longest repr of a bad value quoted back to the model."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class ToolOutcome:
     """What one tool invocation came to: the value, and the text the model reads.
 
