@@ -18,7 +18,6 @@ from pytest_harness.runtime.driver_base import DriverBase
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.rules import evaluate_rules
 from pytest_harness.runtime.state import call_approvals
-from pytest_harness.runtime.trace import Decision
 from pytest_harness.spec.schema import Effect
 from pytest_harness.store.base import ApprovalRow, EventDraft, NewApproval
 
@@ -159,7 +158,7 @@ class CallApprovals(DriverBase):
                 changed = True
                 entry["decision"] = row.status
                 detail = {"decision": row.status, "approver": row.approver, "rule": entry["rule"]}
-                self._decide(Decision(state.steps, "approval", call["name"], detail))
+                self._decision(state.steps, "approval", call["name"], detail)
                 self.journal.note(
                     "tool.resolved",
                     {
@@ -181,7 +180,7 @@ class CallApprovals(DriverBase):
                         changed = True
                         entry["decision"] = "moot"
                         detail = {"decision": "moot", "rule": entry["rule"]}
-                        self._decide(Decision(state.steps, "approval", call["name"], detail))
+                        self._decision(state.steps, "approval", call["name"], detail)
                 call["decision"] = "decline"
             elif entries and all(e.get("decision") == "approve" for e in entries):
                 call["decision"] = "approve"

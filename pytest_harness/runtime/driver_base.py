@@ -189,7 +189,7 @@ class DriverBase:
     # -- endings and commits -------------------------------------------------------------
 
     async def _limit(self, which: str, limit: float, spent: float) -> RunResult:
-        self._decide(Decision(self.state.steps, "limit", which, {"limit": limit, "spent": spent}))
+        self._decision(self.state.steps, "limit", which, {"limit": limit, "spent": spent})
         self.state.limit = which
         return await self._end(RunStatus.LIMITED)
 
@@ -215,7 +215,7 @@ class DriverBase:
         # The output closes the last step the trace reached (a model call that failed is a step
         # the counter never took), so it never reads `step 0 output` after `step 1 model`.
         step = max([state.steps, *(int(d.get("step") or 0) for d in state.trace)])
-        self._decide(Decision(step, "output", "output", {"status": status.value}))
+        self._decision(step, "output", "output", {"status": status.value})
         events = []
         if status is RunStatus.COMPLETED:
             events.append(EventDraft("text_complete", {"text": state.output}))
@@ -334,6 +334,10 @@ class DriverBase:
 
     def _decide(self, *decisions: Decision) -> None:
         self.state.trace.extend(d.to_dict() for d in decisions)
+
+    def _decision(self, step: int, kind: str, key: str, detail: Mapping[str, Any]) -> None:
+        """Append `Decision(step, kind, key, detail).to_dict()`, without the `Decision`."""
+        self.state.trace.append({"step": step, "kind": kind, "key": key, "detail": dict(detail)})
 
     def _guard_context(
         self, on: str, tool: str | None = None, args: Mapping[str, Any] | None = None

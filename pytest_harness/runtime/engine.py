@@ -58,7 +58,6 @@ from pytest_harness.runtime.guards import apply_guards
 from pytest_harness.runtime.model_calls import ModelCalls, _answer
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.tool_calls import ToolCalls
-from pytest_harness.runtime.trace import Decision
 from pytest_harness.runtime.truncation import (
     CONTINUE_PROMPT,
     MAX_CONTINUATIONS,
@@ -178,7 +177,7 @@ class Driver(ModelCalls, CallApprovals, ToolCalls):
         if response.incomplete:
             detail["incomplete"] = response.incomplete
             state.truncated += 1
-        self._decide(Decision(step, "model", link.name, detail))
+        self._decision(step, "model", link.name, detail)
         spent_tokens = state.tokens_in + state.tokens_out
         if budget.tokens is not None and spent_tokens > budget.tokens:
             return await self._limit("tokens", budget.tokens, spent_tokens)

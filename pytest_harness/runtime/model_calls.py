@@ -27,7 +27,6 @@ from pytest_harness.runtime.retrying import (
     first_event,
     first_event_message,
 )
-from pytest_harness.runtime.trace import Decision
 from pytest_harness.store.base import EventDraft
 
 __all__ = ["ModelCalls"]
@@ -173,7 +172,7 @@ class ModelCalls(DriverBase):
                 self._spend(link, *exc.usage)
                 failed["usage"] = {"input_tokens": exc.usage[0], "output_tokens": exc.usage[1]}
             self._end_attempt("model.failed", link, failed)
-            self._decide(Decision(state.steps + 1, "model", link.name, {"error": exc.kind}))
+            self._decision(state.steps + 1, "model", link.name, {"error": exc.kind})
             if exc.kind in _UNKNOWN_CHARGE and exc.usage is None:
                 state.usage_incomplete = True
             if self._streamed == request.attempt_id:

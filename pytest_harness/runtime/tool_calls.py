@@ -16,7 +16,6 @@ from pytest_harness.runtime.driver_base import DriverBase
 from pytest_harness.runtime.guards import apply_guards
 from pytest_harness.runtime.plan import PlanTool
 from pytest_harness.runtime.results import RunResult, RunStatus
-from pytest_harness.runtime.trace import Decision
 from pytest_harness.spec.schema import ReplayPolicy
 from pytest_harness.store.base import EventDraft, StoredArtifact
 from pytest_harness.tools.context import ToolContext
@@ -208,7 +207,7 @@ class ToolCalls(DriverBase):
             execution_key=call["key"],
         )
         detail = {"args": call["args"], "outcome": outcome}
-        self._decide(Decision(self.state.steps, "tool", call["name"], detail))
+        self._decision(self.state.steps, "tool", call["name"], detail)
 
     def _tool_decision(self, call: dict[str, Any], outcome: ToolOutcome) -> None:
         detail: dict[str, Any] = {"args": call["args"], "outcome": outcome.kind}
@@ -216,7 +215,7 @@ class ToolCalls(DriverBase):
             detail["result"] = outcome.value
         else:
             detail["error"] = outcome.text
-        self._decide(Decision(self.state.steps, "tool", call["name"], detail))
+        self._decision(self.state.steps, "tool", call["name"], detail)
 
     async def _answer_tools(self) -> RunResult | None:
         """Turn every settled call into a tool message, through the tool-result guards."""
