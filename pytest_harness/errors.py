@@ -44,6 +44,7 @@ __all__ = [
     "LiveModelBlocked",
     "ModelError",
     "ModelTruncated",
+    "PayloadTooLarge",
     "RecordingError",
     "ReplayDiverged",
     "ResolutionError",
@@ -242,6 +243,22 @@ class ExecutionError(HarnessError):
     A Temporal server that cannot be reached, a missing `pytest-harness[temporal]` extra, a
     workflow that was ended outside pytest-harness.
     """
+
+
+class PayloadTooLarge(ExecutionError):
+    """A value too large for one Temporal payload: the run ends `failed` with it.
+
+    A tool's result, a model's answer or the conversation sent to a model over the limit ends
+    the run with this error instead of a payload Temporal refuses and retries forever.
+
+    `.size` and `.limit` are in bytes of encoded JSON; `.what` names what carried it.
+    """
+
+    def __init__(self, message: str, *, size: int, limit: int, what: str) -> None:
+        self.size = size
+        self.limit = limit
+        self.what = what
+        super().__init__(message)
 
 
 class ArchiveError(HarnessError):

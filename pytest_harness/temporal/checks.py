@@ -24,8 +24,11 @@ from pytest_harness.temporal.segment import approval_rows, record_of
 
 __all__ = ["FATAL", "RESTING", "check_approval", "check_resolution", "fatal", "open_approvals"]
 
-FATAL = ("SpecDigestMismatch", "UnknownTask", "SpecError")
-"""Activity failures never retried: the run ends `failed` with the error."""
+FATAL = ("SpecDigestMismatch", "UnknownTask", "SpecError", "PayloadTooLarge", "PayloadsTooLarge")
+"""Activity failures never retried: the run ends `failed` with the error.
+
+`PayloadTooLarge` is the worker's own check of an activity's answer; `PayloadsTooLarge` is the
+SDK's, should an answer still be refused (a retry would only refuse it again)."""
 
 RESTING = "RunResting"
 """The `wait` update's refusal: the run already ended or suspended (read it with a query)."""

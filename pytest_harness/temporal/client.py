@@ -20,13 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -38,7 +32,6 @@ from pytest_harness.errors import (
     RecordingError,
     ResolutionError,
     UnknownExecutionKey,
-    UnknownRun,
 )
 from pytest_harness.recording.model import Recording
 from pytest_harness.runtime.harness import Harness, RunHandle
@@ -47,7 +40,7 @@ from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
-from pytest_harness.temporal.checks import RESTING
+from pytest_harness.temporal import reading
 from pytest_harness.temporal.grading import PendingGrades, graded
 from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.segment import record_of
@@ -222,62 +215,12 @@ class TemporalHarness(Harness):
 
     # -- reading ------------------------------------------------------------------------------
 
-    async def _snapshot(self, run_id: str, *, rested: bool = False) -> dict[str, Any]:
-        """The workflow's snapshot of the run (with `rested`, once it ends or suspends)."""
+    async def _snapshot(
+        self, run_id: str, *, rested: bool = False, head_only: bool = False
+    ) -> dict[str, Any]:
+        """The workflow's snapshot of the run (`reading.snapshot`), read in pages."""
         handle = await self._handle(run_id)
-        try:
-            if rested:
-                await self._until_rested(handle)
-            desc = await handle.describe()
-            if desc.status is WorkflowExecutionStatus.COMPLETED:
-                done: dict[str, Any] = await handle.result()
-                return done
-            if desc.status is WorkflowExecutionStatus.FAILED:
-                try:
-                    await handle.result()
-                except WorkflowFailureError as exc:
-                    raise ExecutionError(
-                        f"run {run_id}: its workflow failed on a worker: {exc.cause}; when this "
-                        "is a NondeterminismError, the workflow code changed while the run was "
-                        "under way and its history no longer replays: run the old code's "
-                        "worker until its runs end"
-                    ) from None
-            if desc.status is not WorkflowExecutionStatus.RUNNING:
-                raise ExecutionError(
-                    f"run {run_id}: its workflow is {desc.status.name if desc.status else '?'}; "
-                    "it was ended outside pytest-harness (temporal workflow terminate?)"
-                )
-            queried: dict[str, Any] = await handle.query("snapshot", result_type=dict)
-            return queried
-        except RPCError as exc:
-            if exc.status is RPCStatusCode.NOT_FOUND:
-                raise UnknownRun(run_id) from None
-            raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
-
-    @staticmethod
-    async def _until_rested(handle: WorkflowHandle[Any, Any]) -> None:
-        """Return once the run ends or suspends.
-
-        The `wait` update blocks while the run is under way; at rest it is refused, which
-        leaves nothing in the workflow's history (however often a run is read). A run that
-        rested and went on again before this reads it is waited for again.
-        """
-        while True:
-            try:
-                answer = await handle.execute_update("wait")
-                if answer is not None:  # a worker of an earlier version answers with the run
-                    return
-            except WorkflowUpdateFailedError as exc:
-                cause = exc.cause
-                if isinstance(cause, ApplicationError) and cause.type == RESTING:
-                    return
-                raise
-            except RPCError as exc:
-                # The workflow ended as the update arrived (its wording varies by server and
-                # by race): the caller's `describe` says which end, or that there is none.
-                if exc.status is not RPCStatusCode.NOT_FOUND:
-                    raise
-                return
+        return await reading.snapshot(handle, run_id, rested=rested, head_only=head_only)
 
     async def _rested(self, run_id: str) -> RunResult:
         return result_of(await self._snapshot(run_id, rested=True))
@@ -340,7 +283,7 @@ class TemporalHarness(Harness):
                 continue
             if task is not None and memo.get("task") != task:
                 continue
-            snap = await self._snapshot(wf.id)
+            snap = await self._snapshot(wf.id, head_only=True)
             if (wanted is not None and snap["status"] != wanted) or (
                 tenant is not None and snap.get("tenant") != tenant
             ):
@@ -418,6 +361,8 @@ class TemporalHarness(Harness):
             raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
         if graded(self.evals, snap["task"], run_id):
             self._grades.note(run_id)
+        if not reading.whole(snap):  # the run is larger than a page: read it in pages
+            snap = await self._snapshot(run_id)
         return result_of(snap)
 
     async def approve(

@@ -34,6 +34,7 @@ from pytest_harness.store.base import StoredArtifact
 from pytest_harness.temporal.answers import answer_of, request_of
 from pytest_harness.temporal.client import connect
 from pytest_harness.temporal.conversation import UNKNOWN, Conversations
+from pytest_harness.temporal.paging import PAYLOAD_LIMIT, encoded_size, too_large, wire_outcome
 from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.workflow import HarnessRun
 from pytest_harness.tools.context import ToolContext
@@ -173,6 +174,7 @@ class _Activities:
         answer = answer_of(outcome)
         answer["deltas"] = deltas
         answer["first_event"] = seen[0] if seen else time.monotonic() - started
+        _check_fits(answer, f"the answer of model {link.name}")
         return answer
 
     @activity.defn(name="harness_grade")
@@ -220,14 +222,28 @@ class _Activities:
                         name=artifact.name,
                     )
                 )
-        return {
-            "outcome": outcome.to_dict(),
+        answer = {
+            "outcome": wire_outcome(outcome.to_dict()),
             "seconds": time.monotonic() - started,
             "artifacts": [
                 {"sha256": a.sha256, "media_type": a.media_type, "name": a.name}
                 for a in outcome.artifacts
             ],
         }
+        _check_fits(answer, f"the result of tool {call['name']}")
+        return answer
+
+
+def _check_fits(answer: Mapping[str, Any], what: str) -> None:
+    """Fail the activity for good (`PayloadTooLarge`) when its answer is over one payload.
+
+    Temporal would refuse to take the answer (and retry the activity); instead the run ends
+    `failed` with the error, naming `what`, the size and the limit.
+    """
+    size = encoded_size(answer)
+    if size > PAYLOAD_LIMIT:
+        exc = too_large(what, size)
+        raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
 
 
 class Worker:

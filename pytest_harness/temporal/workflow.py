@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     import pytest_harness.temporal.checks as checks
     import pytest_harness.temporal.conversation as conversation
     import pytest_harness.temporal.hosted as hosted
+    import pytest_harness.temporal.paging as paging
     import pytest_harness.temporal.segment as segment
     from pytest_harness.models.base import ModelRequest
     from pytest_harness.plugins import notify_checkpoint
@@ -102,10 +104,20 @@ class HarnessRun:
         """A step or tool activity is under way (the snapshot is about to change)."""
         self.settled = 0
         """How often the run has come to rest (ended or suspended): updates wait on it."""
+        self.rev = 0
+        """How often the snapshot changed: a reader of its pages starts over when it did."""
+        self.text: tuple[int, str] | None = None
+        """The snapshot's JSON text at a revision, cut into pages for readers (a query's cache:
+        nothing the run decides depends on it)."""
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
-        """Drive the run until it ends; between suspensions, wait for what resumes it."""
+        """Drive the run until it ends; between suspensions, wait for what resumes it.
+
+        Returns the run's head (ids, status, times), never its state, events or journal: a
+        reader takes those from the `snapshot_page` query, in pages (a run's snapshot can be
+        larger than one Temporal payload).
+        """
         snap = self.snap
         _tell(
             lambda: notify_checkpoint(
@@ -131,7 +143,7 @@ class HarnessRun:
         if self.conf.get("grade"):
             await self._grade()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return self.snap
+        return self._head()
 
     async def _grade(self) -> None:
         """Grade the ended run once (online evals, DESIGN §15): its samples go to `state:`.
@@ -139,10 +151,19 @@ class HarnessRun:
         The run has ended already (readers and updates see it so); a grader or a store that
         fails is logged by the worker and never changes the run.
         """
+        given = {"snapshot": self._bare(), "conf": self.wire_conf}
+        size = paging.encoded_size(given)
+        if size > paging.PAYLOAD_LIMIT:
+            workflow.logger.warning(
+                "online evals: run %s was not graded: %s",
+                self.snap["run_id"],
+                paging.too_large("its state", size),
+            )
+            return
         try:
             await workflow.execute_activity(
                 "harness_grade",
-                {"snapshot": self._bare(), "conf": self.wire_conf},
+                given,
                 start_to_close_timeout=timedelta(hours=1),
                 heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
                 retry_policy=RetryPolicy(
@@ -196,13 +217,20 @@ class HarnessRun:
         close = timeout + 30.0 if timeout is not None else 24 * 3600.0
         for full in (False, True):
             wire = self.sent.wire(request.messages, full=full)
+            given = {
+                "request": request_payload(request, wire),
+                "first_event": None if first is None else dict(first),
+                "conf": self.wire_conf,
+            }
+            size = paging.encoded_size(given)
+            if size > paging.PAYLOAD_LIMIT:
+                sent = "the whole conversation" if wire["known"] == 0 else "the new messages"
+                what = f"the request to model {link.name} ({sent}, turn {request.turn})"
+                exc = paging.too_large(what, size)
+                raise named_error(type(exc).__name__, str(exc))
             handle = workflow.start_activity(
                 "harness_model",
-                {
-                    "request": request_payload(request, wire),
-                    "first_event": None if first is None else dict(first),
-                    "conf": self.wire_conf,
-                },
+                given,
                 result_type=dict,
                 start_to_close_timeout=timedelta(seconds=close),
                 heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
@@ -243,18 +271,24 @@ class HarnessRun:
         # lets it, so Temporal's start-to-close only ends an attempt nobody reports on
         close = min(limits) + 30.0 if limits else 7 * 24 * 3600.0
         started = workflow.time()
+        given = {
+            "call": call,
+            "run_id": self.snap["run_id"],
+            "task": self.snap["task"],
+            "principal": self.snap["principal"],
+            "record": bool(self.snap.get("record")),
+            "remaining": handoff["remaining"],
+            "conf": self.wire_conf,
+        }
+        size = paging.encoded_size(given)
+        if size > paging.PAYLOAD_LIMIT:
+            exc = paging.too_large(f"the call of tool {call['name']} (its arguments)", size)
+            self._fail_with(type(exc).__name__, str(exc))
+            return None
         try:
             answer = await workflow.execute_activity(
                 "harness_tool",
-                {
-                    "call": call,
-                    "run_id": self.snap["run_id"],
-                    "task": self.snap["task"],
-                    "principal": self.snap["principal"],
-                    "record": bool(self.snap.get("record")),
-                    "remaining": handoff["remaining"],
-                    "conf": self.wire_conf,
-                },
+                given,
                 result_type=dict,
                 activity_id=call["key"],
                 start_to_close_timeout=timedelta(seconds=close),
@@ -275,7 +309,7 @@ class HarnessRun:
             "op": "drive",
             "outcome": {
                 "key": call["key"],
-                "outcome": answer["outcome"],
+                "outcome": paging.outcome_of(answer["outcome"]),
                 "previous": handoff["previous"],
                 "seconds": workflow.time() - started,
                 "artifacts": answer.get("artifacts") or [],
@@ -286,7 +320,21 @@ class HarnessRun:
         """The snapshot without its events and journal (a step needs neither)."""
         return {k: v for k, v in self.snap.items() if k not in ("events", "journal")}
 
+    def _head(self) -> dict[str, Any]:
+        """The run without its state, input, approvals, events and journal: `paged` says so."""
+        bulky = ("state", "input", "approvals", "events", "journal")
+        return {"paged": True, **{k: v for k, v in self.snap.items() if k not in bulky}}
+
+    def _answer(self) -> dict[str, Any]:
+        """An update's answer: the run without its events and journal, or its head.
+
+        The head when the rest does not fit in a page (the client then reads the pages).
+        """
+        bare = self._bare()
+        return bare if paging.encoded_size(bare) <= paging.PAGE_BUDGET else self._head()
+
     def _apply(self, answer: dict[str, Any]) -> None:
+        self.rev += 1
         snap = self.snap
         snap["status"] = answer["status"]
         snap["state"] = answer["state"]
@@ -308,6 +356,7 @@ class HarnessRun:
 
     def _fail_with(self, kind: str, message: str) -> None:
         """End the run `failed` with an error of type `kind`."""
+        self.rev += 1
         state = dict(self.snap["state"])
         state["phase"] = "ended"
         state["error"] = {"type": kind, "message": message}
@@ -322,6 +371,7 @@ class HarnessRun:
 
     def _journal(self, kind: str, payload: dict[str, Any], *, key: str | None = None) -> None:
         """Append an entry the workflow itself writes (ids and times from the workflow)."""
+        self.rev += 1
         journal = self.snap.setdefault("journal", [])
         journal.append(
             {
@@ -341,14 +391,29 @@ class HarnessRun:
 
     @workflow.query(name="snapshot")
     def snapshot(self) -> dict[str, Any]:
-        """The run as the workflow holds it now."""
+        """The run as the workflow holds it now, whole, as clients of earlier versions read it.
+
+        A run larger than one payload cannot be answered so: see `snapshot_page`.
+        """
         return self.snap
+
+    @workflow.query(name="snapshot_page")
+    def snapshot_page(self, want: dict[str, Any]) -> dict[str, Any]:
+        """A page of the run's JSON text from `want["offset"]` (`paging.page`, `read_pages`).
+
+        A query writes nothing to the history; the text of the current revision is kept for
+        the next page.
+        """
+        if self.text is None or self.text[0] != self.rev:
+            self.text = (self.rev, json.dumps(self.snap, separators=(",", ":")))
+        return paging.page(self.text[1], int(want.get("offset") or 0), self.rev)
 
     # -- answering ----------------------------------------------------------------------------
 
     @workflow.update(name="approve")
     async def approve(self, answer: dict[str, Any]) -> dict[str, Any]:
         """Record an approval's answer; resume the run when none is left open."""
+        self.rev += 1
         for row in self.snap["approvals"]:
             if row["approval_id"] == answer["approval_id"]:
                 row["status"] = answer["decision"]
@@ -375,7 +440,7 @@ class HarnessRun:
             }
         )
         if checks.open_approvals(self.snap) or self.snap["status"] != "awaiting_approval":
-            return self._bare()
+            return self._answer()
         return await self._resume({"op": "decide"})
 
     @approve.validator
@@ -397,7 +462,7 @@ class HarnessRun:
     async def resume(self) -> dict[str, Any]:
         """Continue a paused run (a run that still waits for an answer stays as it is)."""
         if self.snap["status"] != "paused":
-            return self._bare()
+            return self._answer()
         return await self._resume({"op": "drive"})
 
     def _resting(self) -> bool:
@@ -423,14 +488,15 @@ class HarnessRun:
         """
         status = self.snap["status"]
         if status in _ENDED or (what == "pause" and status == "paused"):
-            return self._bare()
+            return self._answer()
         self.snap["control"] = what
+        self.rev += 1
         if status in _WAITING and self.next is None:
             return await self._resume({"op": "control"})
-        return self._bare()
+        return self._answer()
 
     async def _resume(self, op: dict[str, Any]) -> dict[str, Any]:
         mark = self.settled
         self.next = op
         await workflow.wait_condition(lambda: self.settled > mark)
-        return self._bare()
+        return self._answer()

@@ -1,0 +1,134 @@
+"""Reading a run from its `HarnessRun` workflow: its snapshot in pages, its head, its rest.
+
+A run's snapshot (state, events, journal) can be larger than one Temporal payload, so it is
+read with the `snapshot_page` query, a page at a time (`paging.read_pages`); a query writes
+nothing to the workflow's history. A workflow's result is only the run's head (ids, status,
+times: `head`), enough to list the run. A worker of an earlier version answers neither: its
+result and its `snapshot` query are the whole snapshot, which is read as it is (upgrade
+clients before workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from pytest_harness.errors import ExecutionError, UnknownRun
+from pytest_harness.temporal.checks import RESTING
+from pytest_harness.temporal.paging import read_pages
+
+__all__ = ["head", "snapshot", "until_rested", "whole"]
+
+
+def whole(answer: Mapping[str, Any]) -> bool:
+    """Whether a workflow's result or an update's answer holds the run's state (else: read it)."""
+    return "state" in answer
+
+
+async def _pages(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
+    """The run's snapshot, read in pages (whole from a worker of an earlier version)."""
+
+    async def fetch(offset: int, rev: int | None) -> Mapping[str, Any]:
+        answer: dict[str, Any] = await handle.query(
+            "snapshot_page", {"offset": offset, "rev": rev}, result_type=dict
+        )
+        return answer
+
+    try:
+        snap: dict[str, Any] = await read_pages(fetch)
+    except WorkflowQueryFailedError as exc:
+        if "snapshot_page" not in str(exc):  # not a worker that lacks the query
+            raise
+        snap = await handle.query("snapshot", result_type=dict)
+    return snap
+
+
+async def _ended(handle: WorkflowHandle[Any, Any], run_id: str) -> Any:
+    """The workflow's result when it completed (else None); errors for other ends."""
+    desc = await handle.describe()
+    if desc.status is WorkflowExecutionStatus.COMPLETED:
+        return await handle.result()
+    if desc.status is WorkflowExecutionStatus.FAILED:
+        try:
+            await handle.result()
+        except WorkflowFailureError as exc:
+            raise ExecutionError(
+                f"run {run_id}: its workflow failed on a worker: {exc.cause}; when this "
+                "is a NondeterminismError, the workflow code changed while the run was "
+                "under way and its history no longer replays: run the old code's "
+                "worker until its runs end"
+            ) from None
+    if desc.status is not WorkflowExecutionStatus.RUNNING:
+        raise ExecutionError(
+            f"run {run_id}: its workflow is {desc.status.name if desc.status else '?'}; "
+            "it was ended outside pytest-harness (temporal workflow terminate?)"
+        )
+    return None
+
+
+async def snapshot(
+    handle: WorkflowHandle[Any, Any], run_id: str, *, rested: bool = False, head_only: bool = False
+) -> dict[str, Any]:
+    """The workflow's snapshot of the run (with `rested`, once it ends or suspends).
+
+    With `head_only`, an ended run's head may stand for it (no state, events or journal).
+    `UnknownRun` when there is no such workflow, `ExecutionError` when it failed, was ended
+    outside pytest-harness or the server answered an error.
+    """
+    try:
+        if rested:
+            await until_rested(handle)
+        done = await _ended(handle, run_id)
+        if isinstance(done, dict) and (whole(done) or head_only):
+            return done
+        return await _pages(handle)
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise UnknownRun(run_id) from None
+        raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
+    except WorkflowQueryFailedError as exc:
+        raise ExecutionError(f"run {run_id}: its workflow could not be read: {exc}") from None
+
+
+async def head(handle: WorkflowHandle[Any, Any], run_id: str) -> dict[str, Any]:
+    """The run's head: an ended run's result, else its snapshot.
+
+    The head holds `run_id`, `session_id`, `task`, `status`, `tenant`, `principal`,
+    `created_at` and `updated_at`.
+    """
+    return await snapshot(handle, run_id, head_only=True)
+
+
+async def until_rested(handle: WorkflowHandle[Any, Any]) -> None:
+    """Return once the run ends or suspends.
+
+    The `wait` update blocks while the run is under way; at rest it is refused, which
+    leaves nothing in the workflow's history (however often a run is read). A run that
+    rested and went on again before this reads it is waited for again.
+    """
+    while True:
+        try:
+            answer = await handle.execute_update("wait")
+            if answer is not None:  # a worker of an earlier version answers with the run
+                return
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == RESTING:
+                return
+            raise
+        except RPCError as exc:
+            # The workflow ended as the update arrived (its wording varies by server and
+            # by race): the caller's `describe` says which end, or that there is none.
+            if exc.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            return
