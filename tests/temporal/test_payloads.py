@@ -11,24 +11,39 @@ import pytest
 
 import pytest_harness as ph
 from pytest_harness.recording.model import Recording
-from tests.temporal.helpers import WorkerProcess
+from tests.temporal.helpers import WorkerProcess, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
+FINANCE = ph.Principal("fin", roles=("finance",))
+
 BIG_TOOL = '''
+import os
+import time
+from pathlib import Path
+
+from pytest_harness.tools.context import current_tool_context
+
+
 def big(n: int) -> str:
-    """A long text."""
+    """A long text (its first attempt hangs when `n` is `HANG_N`)."""
+    ctx = current_tool_context()
+    if os.environ.get("HANG_N") == str(n) and ctx.attempt == 1:
+        (Path(os.environ["EFFECTS"]) / f"hanging-{n}").write_text("")
+        time.sleep(60)
     return "x" * n
 '''
 
 
-def big_spec(folder: Path, address: str | None, n: int, calls: int = 4) -> Path:
-    """A run whose tool returns `n` characters, `calls` times, then says done (recorded)."""
+def big_spec(
+    folder: Path, address: str | None, n: int, calls: int = 4, *, record: bool = True
+) -> Path:
+    """A run whose tool returns `n + i` characters at its i-th call of `calls`, then says done."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "effects").mkdir(exist_ok=True)
     (folder / "bigtools.py").write_text(BIG_TOOL)
     script = (
-        "".join(f"      - call: big\n        args: {{n: {n}}}\n" for _ in range(calls))
+        "".join(f"      - call: big\n        args: {{n: {n + i}}}\n" for i in range(calls))
         + '      - say: "done"\n'
     )
     execution = (
@@ -54,10 +69,16 @@ def big_spec(folder: Path, address: str | None, n: int, calls: int = 4) -> Path:
             """\
             tools:
               big: {call: "bigtools:big", replay: idempotent}
+            rules:
+              - id: tiny-needs-finance
+                when: tool == "big" && args.n == 7
+                then: approve
+                approvers: [finance]
             tasks:
               t: {model: m, prompt: Desk., tools: [big]}
-            state: {use: memory, record: true, lease: 5s}
+            state: {use: memory, record: %s, lease: 3s}
             """
+            % ("true" if record else "false")
         )
         + execution
     )
@@ -122,3 +143,52 @@ async def test_a_tool_result_over_the_payload_limit_fails_the_run_with_a_typed_e
     assert size is not None, message
     assert 3_000_000 < int(size[1]) < 3_001_000  # the result once, and its envelope
     assert str(2 * 1024 * 1024 - 16 * 1024) in message  # the limit
+
+
+@pytest.mark.timeout(240)
+async def test_a_whole_conversation_over_the_limit_resent_to_a_new_worker_fails_the_run(
+    tmp_path: Path, temporal_server: str
+) -> None:
+    # 1.2 MB results, each within the limit; the first worker dies in the second call, and
+    # the one that takes over must be sent the whole conversation (2.4 MB) for the next turn
+    spec = big_spec(tmp_path, temporal_server, 1_200_000, calls=2, record=False)
+    first = WorkerProcess(spec, env={"HANG_N": "1200001"})
+    second = None
+    try:
+        async with ph.load(spec) as harness:
+            handle = await harness.submit("t", "go", principal="ann")
+            wait_for(tmp_path / "effects", "hanging-*")
+            first.kill()
+            second = WorkerProcess(spec)
+            failed = await handle.result()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert failed.status is ph.RunStatus.FAILED
+    assert failed.error is not None and failed.error["type"] == "PayloadTooLarge"
+    message = failed.error["message"]
+    assert "the request to model m (the whole conversation, turn 2)" in message, message
+    assert str(2 * 1024 * 1024 - 16 * 1024) in message
+
+
+@pytest.mark.timeout(240)
+async def test_a_run_larger_than_a_page_waits_for_an_approval_and_is_approved(
+    tmp_path: Path, temporal_server: str
+) -> None:
+    spec = big_spec(tmp_path, temporal_server, 700_000, calls=2)
+    text = spec.read_text().replace("n: 700001", "n: 7")  # the second call needs finance
+    spec.write_text(text)
+    with WorkerProcess(spec):
+        async with ph.load(spec) as harness:
+            waiting = await harness.run("t", "go", principal="ann")
+            assert waiting.status is ph.RunStatus.AWAITING_APPROVAL, waiting.error
+            assert waiting.approval is not None
+            listed = await harness.runs(status="awaiting_approval")
+            done = await harness.approve(
+                waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+            )
+    assert [r.run_id for r in listed] == [waiting.run_id]
+    assert done.status is ph.RunStatus.COMPLETED, done.error
+    assert done.output == "done"
+    assert len(done.trace) > len(waiting.trace) > 0
