@@ -85,6 +85,7 @@ async def snapshot(
     `UnknownRun` when there is no such workflow, `ExecutionError` when it failed, was ended
     outside pytest-harness or the server answered an error.
     """
+    done: Any = None
     try:
         if rested:
             await until_rested(handle)
@@ -95,6 +96,12 @@ async def snapshot(
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             raise UnknownRun(run_id) from None
+        if done is not None:  # an ended run's pages are answered by a worker replaying it
+            raise ExecutionError(
+                f"run {run_id} has ended, and its state, events and journal are read from a "
+                f"worker that replays its history; none answered ({exc}): start one "
+                "(`pytest-harness worker harness.yaml`) on the run's task queue"
+            ) from None
         raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
     except WorkflowQueryFailedError as exc:
         raise ExecutionError(f"run {run_id}: its workflow could not be read: {exc}") from None

@@ -192,3 +192,20 @@ async def test_a_run_larger_than_a_page_waits_for_an_approval_and_is_approved(
     assert done.status is ph.RunStatus.COMPLETED, done.error
     assert done.output == "done"
     assert len(done.trace) > len(waiting.trace) > 0
+
+
+@pytest.mark.timeout(240)
+async def test_reading_an_ended_run_with_no_worker_says_to_start_one(
+    tmp_path: Path, temporal_server: str
+) -> None:
+    spec = big_spec(tmp_path, temporal_server, 10, calls=1)
+    with WorkerProcess(spec):
+        async with ph.load(spec) as harness:
+            done = await harness.run("t", "go", principal="ann")
+    assert done.status is ph.RunStatus.COMPLETED, done.error
+    async with ph.load(spec) as harness:
+        (listed,) = await harness.runs()  # an ended run's head is its workflow's result
+        with pytest.raises(ph.ExecutionError, match="pytest-harness worker") as caught:
+            await harness.result(done.run_id)
+    assert (listed.run_id, listed.status) == (done.run_id, ph.RunStatus.COMPLETED)
+    assert f"run {done.run_id} has ended" in str(caught.value)
