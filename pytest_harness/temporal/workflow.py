@@ -402,11 +402,14 @@ class HarnessRun:
         """A page of the run's JSON text from `want["offset"]` (`paging.page`, `read_pages`).
 
         A query writes nothing to the history; the text of the current revision is kept for
-        the next page.
+        the next page, until the last page is read.
         """
         if self.text is None or self.text[0] != self.rev:
             self.text = (self.rev, json.dumps(self.snap, separators=(",", ":")))
-        return paging.page(self.text[1], int(want.get("offset") or 0), self.rev)
+        answer = paging.page(self.text[1], int(want.get("offset") or 0), self.rev)
+        if answer["offset"] + len(answer["text"]) >= answer["total"]:
+            self.text = None  # read to its end: the worker need not hold it
+        return answer
 
     # -- answering ----------------------------------------------------------------------------
 
