@@ -40,8 +40,8 @@ from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
-from pytest_harness.temporal import reading
 from pytest_harness.temporal.grading import PendingGrades, graded
+from pytest_harness.temporal.reading import read_run, whole
 from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.segment import record_of
 from pytest_harness.temporal.sessions import place
@@ -218,9 +218,9 @@ class TemporalHarness(Harness):
     async def _snapshot(
         self, run_id: str, *, rested: bool = False, head_only: bool = False
     ) -> dict[str, Any]:
-        """The workflow's snapshot of the run (`reading.snapshot`), read in pages."""
+        """The workflow's snapshot of the run (`reading.read_run`), read in pages."""
         handle = await self._handle(run_id)
-        return await reading.snapshot(handle, run_id, rested=rested, head_only=head_only)
+        return await read_run(handle, run_id, rested=rested, head_only=head_only)
 
     async def _rested(self, run_id: str) -> RunResult:
         return result_of(await self._snapshot(run_id, rested=True))
@@ -361,7 +361,7 @@ class TemporalHarness(Harness):
             raise ExecutionError(f"run {run_id}: Temporal answered {exc}") from None
         if graded(self.evals, snap["task"], run_id):
             self._grades.note(run_id)
-        if not reading.whole(snap):  # the run is larger than a page: read it in pages
+        if not whole(snap):  # the run is larger than a page: read it in pages
             snap = await self._snapshot(run_id)
         return result_of(snap)
 

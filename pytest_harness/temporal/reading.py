@@ -27,7 +27,7 @@ from pytest_harness.errors import ExecutionError, UnknownRun
 from pytest_harness.temporal.checks import RESTING
 from pytest_harness.temporal.paging import read_pages
 
-__all__ = ["head", "snapshot", "until_rested", "whole"]
+__all__ = ["head", "read_run", "until_rested", "whole"]
 
 
 def whole(answer: Mapping[str, Any]) -> bool:
@@ -76,7 +76,7 @@ async def _ended(handle: WorkflowHandle[Any, Any], run_id: str) -> Any:
     return None
 
 
-async def snapshot(
+async def read_run(
     handle: WorkflowHandle[Any, Any], run_id: str, *, rested: bool = False, head_only: bool = False
 ) -> dict[str, Any]:
     """The workflow's snapshot of the run (with `rested`, once it ends or suspends).
@@ -113,7 +113,7 @@ async def head(handle: WorkflowHandle[Any, Any], run_id: str) -> dict[str, Any]:
     The head holds `run_id`, `session_id`, `task`, `status`, `tenant`, `principal`,
     `created_at` and `updated_at`.
     """
-    return await snapshot(handle, run_id, head_only=True)
+    return await read_run(handle, run_id, head_only=True)
 
 
 async def until_rested(handle: WorkflowHandle[Any, Any]) -> None:
