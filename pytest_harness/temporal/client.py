@@ -216,11 +216,16 @@ class TemporalHarness(Harness):
     # -- reading ------------------------------------------------------------------------------
 
     async def _snapshot(
-        self, run_id: str, *, rested: bool = False, head_only: bool = False
+        self,
+        run_id: str,
+        *,
+        rested: bool = False,
+        head_only: bool = False,
+        keys: tuple[str, ...] | None = None,
     ) -> dict[str, Any]:
         """The workflow's snapshot of the run (`reading.read_run`), read in pages."""
         handle = await self._handle(run_id)
-        return await read_run(handle, run_id, rested=rested, head_only=head_only)
+        return await read_run(handle, run_id, rested=rested, head_only=head_only, keys=keys)
 
     async def _rested(self, run_id: str) -> RunResult:
         return result_of(await self._snapshot(run_id, rested=True))
@@ -316,7 +321,7 @@ class TemporalHarness(Harness):
     async def _follow(self, run_id: str, start: int) -> AsyncIterator[Event]:
         seen = start
         while True:
-            snap = await self._snapshot(run_id)
+            snap = await self._snapshot(run_id, keys=("status", "updated_at", "events"))
             events = snap.get("events") or []
             for index in range(seen, len(events)):
                 event = events[index]

@@ -10,7 +10,7 @@ clients before workers).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from temporalio.client import (
@@ -35,12 +35,18 @@ def whole(answer: Mapping[str, Any]) -> bool:
     return "state" in answer
 
 
-async def _pages(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
-    """The run's snapshot, read in pages (whole from a worker of an earlier version)."""
+async def _pages(
+    handle: WorkflowHandle[Any, Any], keys: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The run's snapshot (its `keys` only, when given), read in pages.
+
+    A worker of an earlier version answers it whole.
+    """
+    want: dict[str, Any] = {} if keys is None else {"keys": list(keys)}
 
     async def fetch(offset: int, rev: int | None) -> Mapping[str, Any]:
         answer: dict[str, Any] = await handle.query(
-            "snapshot_page", {"offset": offset, "rev": rev}, result_type=dict
+            "snapshot_page", {"offset": offset, "rev": rev, **want}, result_type=dict
         )
         return answer
 
@@ -77,11 +83,17 @@ async def _ended(handle: WorkflowHandle[Any, Any], run_id: str) -> Any:
 
 
 async def read_run(
-    handle: WorkflowHandle[Any, Any], run_id: str, *, rested: bool = False, head_only: bool = False
+    handle: WorkflowHandle[Any, Any],
+    run_id: str,
+    *,
+    rested: bool = False,
+    head_only: bool = False,
+    keys: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The workflow's snapshot of the run (with `rested`, once it ends or suspends).
 
-    With `head_only`, an ended run's head may stand for it (no state, events or journal).
+    With `head_only`, an ended run's head may stand for it (no state, events or journal);
+    with `keys`, the snapshot may hold those keys only.
     `UnknownRun` when there is no such workflow, `ExecutionError` when it failed, was ended
     outside pytest-harness or the server answered an error.
     """
@@ -92,7 +104,7 @@ async def read_run(
         done = await _ended(handle, run_id)
         if isinstance(done, dict) and (whole(done) or head_only):
             return done
-        return await _pages(handle)
+        return await _pages(handle, keys)
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             raise UnknownRun(run_id) from None

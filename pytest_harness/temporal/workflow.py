@@ -106,9 +106,9 @@ class HarnessRun:
         """How often the run has come to rest (ended or suspended): updates wait on it."""
         self.rev = 0
         """How often the snapshot changed: a reader of its pages starts over when it did."""
-        self.text: tuple[int, str] | None = None
-        """The snapshot's JSON text at a revision, cut into pages for readers (a query's cache:
-        nothing the run decides depends on it)."""
+        self.text: tuple[int, tuple[str, ...], str] | None = None
+        """The snapshot's JSON text (of the keys read, or all: ()) at a revision, cut into
+        pages for readers (a query's cache: nothing the run decides depends on it)."""
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
@@ -401,12 +401,16 @@ class HarnessRun:
     def snapshot_page(self, want: dict[str, Any]) -> dict[str, Any]:
         """A page of the run's JSON text from `want["offset"]` (`paging.page`, `read_pages`).
 
+        With `want["keys"]`, of those keys of the snapshot only (a stream polls its events).
+
         A query writes nothing to the history; the text of the current revision is kept for
         the next page, until the last page is read.
         """
-        if self.text is None or self.text[0] != self.rev:
-            self.text = (self.rev, json.dumps(self.snap, separators=(",", ":")))
-        answer = paging.page(self.text[1], int(want.get("offset") or 0), self.rev)
+        keys = tuple(str(k) for k in want.get("keys") or ())
+        if self.text is None or self.text[:2] != (self.rev, keys):
+            part = {k: self.snap.get(k) for k in keys} if keys else self.snap
+            self.text = (self.rev, keys, json.dumps(part, separators=(",", ":")))
+        answer = paging.page(self.text[2], int(want.get("offset") or 0), self.rev)
         if answer["offset"] + len(answer["text"]) >= answer["total"]:
             self.text = None  # read to its end: the worker need not hold it
         return answer
