@@ -143,7 +143,7 @@ class HarnessRun:
         if self.conf.get("grade"):
             await self._grade()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return self._head()
+        return self._result()
 
     async def _grade(self) -> None:
         """Grade the ended run once (online evals, DESIGN §15): its samples go to `state:`.
@@ -324,6 +324,14 @@ class HarnessRun:
         """The run without its state, input, approvals, events and journal: `paged` says so."""
         bulky = ("state", "input", "approvals", "events", "journal")
         return {"paged": True, **{k: v for k, v in self.snap.items() if k not in bulky}}
+
+    def _result(self) -> dict[str, Any]:
+        """The workflow's result: the whole run when it fits in a page, else its head.
+
+        A run that fits is read from its closed workflow without a worker; a larger one is
+        read in pages from a worker that replays its history.
+        """
+        return self.snap if paging.encoded_size(self.snap) <= paging.PAGE_BUDGET else self._head()
 
     def _answer(self) -> dict[str, Any]:
         """An update's answer: the run without its events and journal, or its head.

@@ -195,17 +195,25 @@ async def test_a_run_larger_than_a_page_waits_for_an_approval_and_is_approved(
 
 
 @pytest.mark.timeout(240)
-async def test_reading_an_ended_run_with_no_worker_says_to_start_one(
+async def test_an_ended_run_is_read_without_a_worker_unless_it_is_larger_than_a_page(
     tmp_path: Path, temporal_server: str
 ) -> None:
-    spec = big_spec(tmp_path, temporal_server, 10, calls=1)
-    with WorkerProcess(spec):
+    spec = big_spec(tmp_path, temporal_server, 300_000, calls=2)  # 1.2 MB of messages
+    small = big_spec(tmp_path / "small", temporal_server, 10, calls=1)
+    with WorkerProcess(spec), WorkerProcess(small):
         async with ph.load(spec) as harness:
-            done = await harness.run("t", "go", principal="ann")
-    assert done.status is ph.RunStatus.COMPLETED, done.error
+            large_run = await harness.run("t", "go", principal="ann")
+        async with ph.load(small) as harness:
+            small_run = await harness.run("t", "go", principal="ann")
+    assert large_run.status is small_run.status is ph.RunStatus.COMPLETED
+    async with ph.load(small) as harness:  # no worker: the closed workflow's result is the run
+        again = await harness.result(small_run.run_id)
+        recording = await harness.recording(small_run.run_id)
+    assert (again.output, again.trace) == (small_run.output, small_run.trace)
+    assert recording.output == "done"
     async with ph.load(spec) as harness:
         (listed,) = await harness.runs()  # an ended run's head is its workflow's result
         with pytest.raises(ph.ExecutionError, match="pytest-harness worker") as caught:
-            await harness.result(done.run_id)
-    assert (listed.run_id, listed.status) == (done.run_id, ph.RunStatus.COMPLETED)
-    assert f"run {done.run_id} has ended" in str(caught.value)
+            await harness.result(large_run.run_id)
+    assert (listed.run_id, listed.status) == (large_run.run_id, ph.RunStatus.COMPLETED)
+    assert f"run {large_run.run_id} has ended" in str(caught.value)
