@@ -117,6 +117,8 @@ class SQLiteConnection(SQLStoreBase):
         self._page_size = 4096
         self._wal_pages = 0
         """WAL pages written inline since the last checkpoint was queued (an estimate)."""
+        self._statuses: dict[str, str] = {}
+        """The status this store last wrote, by run id: which commit statement to try first."""
         self._pid = 0
         self._closed = False
         self._opening = asyncio.Lock()

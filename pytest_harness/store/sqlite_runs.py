@@ -41,6 +41,9 @@ from pytest_harness.store.sqlite_statements import (
 
 __all__ = ["SQLiteRuns"]
 
+_STATUSES_MAX = 1024
+"""How many runs' last written status a store remembers (`SQLiteRuns._remember_status`)."""
+
 
 class SQLiteRuns(SQLiteConnection):
     """Runs in a SQLite file."""
@@ -80,7 +83,7 @@ class SQLiteRuns(SQLiteConnection):
         )
 
         def insert(conn: sqlite3.Connection) -> bool:
-            if not conn.execute(_CREATE, params).fetchall():
+            if not conn.execute(_CREATE, params).rowcount:
                 return False  # the idempotency key is taken
             if events:
                 conn.executemany(_EVENT, events)
@@ -89,6 +92,7 @@ class SQLiteRuns(SQLiteConnection):
         size = len(state) + len(run.input) + sum(len(e[2]) for e in events) + len(journal or "")
         inserted = await self._tx(f"create {what}", insert, size=size)
         if inserted:
+            self._remember_status(run.run_id, status)
             record = RunRecord(
                 run_id=run.run_id,
                 session_id=run.session_id,
@@ -145,7 +149,7 @@ class SQLiteRuns(SQLiteConnection):
         clear_control: str | None = None,
         journal: Sequence[JournalDraft] = (),
     ) -> str | None:
-        """Write status, state, events, approvals and journal in one fenced statement.
+        """Write status, state, events, approvals and journal in one fenced transaction.
 
         Return the pending control request as of the write (cleared when it is `clear_control`).
         """
@@ -154,8 +158,9 @@ class SQLiteRuns(SQLiteConnection):
         event_rows = _event_rows(run_id, events, now, f"the events of run {run_id}")
         approvals_json = approvals_json_of(run_id, approvals)
         journal_json = _journal_json(run_id, journal)
+        status_text = _text(status)
         params = {
-            "status": _text(status),
+            "status": status_text,
             "state": state_json,
             "now": now,
             "approvals": approvals_json,
@@ -167,13 +172,21 @@ class SQLiteRuns(SQLiteConnection):
             "clear_control": clear_control,
         }
 
-        statement = _COMMIT[approvals_json is not None, journal_json is not None]
+        carries = (approvals_json is not None, journal_json is not None)
+        steady = self._statuses.get(run_id) == status_text
 
-        def update(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            rows = conn.execute(statement, params).fetchall()
-            if rows and event_rows:  # a stale token updated no row: nothing is written
+        def update(conn: sqlite3.Connection) -> tuple[str | None] | None:
+            # The narrowest statement first (see `_COMMIT`); one that finds no row writes nothing.
+            if (steady and conn.execute(_COMMIT[(*carries, False, False)], params).rowcount) or (
+                conn.execute(_COMMIT[(*carries, True, False)], params).rowcount
+            ):
+                found: tuple[str | None] | None = (None,)
+            else:
+                rows = conn.execute(_COMMIT[(*carries, True, True)], params).fetchall()
+                found = (rows[0][0],) if rows else None
+            if found is not None and event_rows:  # a stale token updated no row: nothing more
                 conn.executemany(_EVENT, event_rows)
-            return rows
+            return found
 
         size = len(state_json) + sum(len(e[2]) for e in event_rows)
         size += len(approvals_json or "") + len(journal_json or "")
@@ -183,10 +196,25 @@ class SQLiteRuns(SQLiteConnection):
             if approvals and isinstance(exc.__cause__, sqlite3.IntegrityError):
                 await self._raise_taken(run_id, [a.approval_id for a in approvals])
             raise
-        if not written:
+        if written is None:
+            self._statuses.pop(run_id, None)
             await self._raise_stale(run_id, token)
-        control: str | None = written[0][0]
-        return control
+        if release:
+            self._statuses.pop(run_id, None)
+        else:
+            self._remember_status(run_id, status_text)
+        return written[0]
+
+    def _remember_status(self, run_id: str, status: str) -> None:
+        """Note the status this store last wrote for a run it drives (which commit to try first).
+
+        Only a hint: a commit that trusts it still checks the status in its `WHERE`. Runs are
+        forgotten when their lease is released, and all of them past `_STATUSES_MAX`.
+        """
+        statuses = self._statuses
+        if len(statuses) >= _STATUSES_MAX and run_id not in statuses:
+            statuses.clear()
+        statuses[run_id] = status
 
     async def request_control(
         self, run_id: str, control: str, *, statuses: Collection[str]

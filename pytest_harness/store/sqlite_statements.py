@@ -33,36 +33,61 @@ _CREATE = (
     "idempotency_key, status, state, created_at, updated_at, lease_owner, lease_token, "
     "lease_expires, record, pending_journal) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING RETURNING seq"
+    "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING"
 )
+"""Insert a run; a taken idempotency key inserts nothing (the cursor's `rowcount` is 0)."""
 _EVENT = "INSERT INTO events (run_id, kind, data, at) VALUES (?, ?, ?, ?)"
 
 
-def _commit_statement(approvals: bool, journal: bool) -> str:
-    """The commit's UPDATE; `pending_approvals` and `pending_journal` are set only when given.
+def _commit_statement(approvals: bool, journal: bool, status: bool, control: bool) -> str:
+    """A commit's fenced UPDATE of the run's row.
 
-    Both are NULL between writes (their triggers empty them), so leaving one out changes
-    nothing but this: its `AFTER UPDATE OF` trigger is not run for a write without any.
+    `pending_approvals` and `pending_journal` are set only when given: both are NULL between
+    writes (their triggers empty them), so leaving one out changes nothing but this: its
+    `AFTER UPDATE OF` trigger is not run for a write without any.
+
+    Without `status` the statement leaves the status column alone and matches only a row whose
+    status is already the one written (so the `runs_status` index is not touched: SQLite
+    rewrites the entries of every index on a column the `SET` names, changed or not). Without
+    `control` it matches only a row with no pending control request and returns nothing: the
+    cursor's `rowcount` says whether it found the row. With `control` it clears the request
+    when it is `:clear_control` and returns what is left (`RETURNING control`).
     """
     pending = ("pending_approvals = :approvals, " if approvals else "") + (
         "pending_journal = :journal, " if journal else ""
     )
+    sets = ("status = :status, " if status else "") + (
+        "control = CASE WHEN control = :clear_control THEN NULL ELSE control END, "
+        if control
+        else ""
+    )
+    where = ("" if status else " AND status = :status") + (
+        " RETURNING control" if control else " AND control IS NULL"
+    )
     return (
-        f"UPDATE runs SET status = :status, state = :state, updated_at = :now, {pending}"
+        f"UPDATE runs SET {sets}state = :state, updated_at = :now, {pending}"
         "lease_expires = CASE WHEN :release THEN NULL "
         "WHEN :expires IS NULL OR lease_owner IS NULL THEN lease_expires ELSE :expires END, "
-        "lease_owner = CASE WHEN :release THEN NULL ELSE lease_owner END, "
-        "control = CASE WHEN control = :clear_control THEN NULL ELSE control END "
-        "WHERE run_id = :run_id AND lease_token = :token RETURNING control"
+        "lease_owner = CASE WHEN :release THEN NULL ELSE lease_owner END "
+        f"WHERE run_id = :run_id AND lease_token = :token{where}"
     )
 
 
 _COMMIT = {
-    (approvals, journal): _commit_statement(approvals, journal)
+    (approvals, journal, status, control): _commit_statement(approvals, journal, status, control)
     for approvals in (False, True)
     for journal in (False, True)
+    for status in (False, True)
+    for control in (False, True)
+    if status or not control
 }
-"""The commit's UPDATE, by whether it carries approval requests and journal entries."""
+"""A commit's UPDATE, by whether it carries approval requests and journal entries, whether it
+writes the status column, and whether it reads and clears a pending control request.
+
+A commit tries the narrowest statement that can apply first: the steady one (status unchanged,
+no control request: the most boundaries of a run), then the one that writes the status, then
+the one that acts on a control request; the last finding no row means a stale token or an
+unknown run (`store.sqlite_runs`)."""
 _CONTROL = (
     "UPDATE runs SET control = CASE WHEN control = 'cancel' THEN 'cancel' ELSE :control END, "
     "updated_at = :now "

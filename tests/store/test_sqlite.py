@@ -245,6 +245,33 @@ async def test_commit_leaves_no_payload_in_the_outbox_columns(store: SQLiteStore
         ]
 
 
+async def test_a_status_another_connection_wrote_is_not_taken_for_the_last_one_written(
+    tmp_path: Path,
+) -> None:
+    """A store remembers the status it last wrote for a run only to pick which statement to
+    try first: a run committed meanwhile through another connection (token 0: nobody leases
+    it) still gets the status and state of each commit, and every statement's index entry."""
+    path = tmp_path / "state.db"
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    try:
+        record, _ = await first.create_run(new_run())
+        for n, (writer, status) in enumerate(
+            [(first, "running"), (second, "paused"), (first, "running"), (second, "running")]
+        ):
+            await writer.commit(record.run_id, 0, status=status, state={"n": n})
+            got = await first.get_run(record.run_id)
+            assert (got.status, got.state) == (status, {"n": n})
+            assert [r.run_id for r in await second.list_runs(status=status)] == [record.run_id]
+        await second.commit(record.run_id, 0, status="paused", state={"n": 9})
+        await first.commit(record.run_id, 0, status="running", state={"n": 10})
+        assert (await second.get_run(record.run_id)).status == "running"
+        with raw(path) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        await first.close()
+        await second.close()
+
+
 # -- the schema -------------------------------------------------------------------------------
 
 
