@@ -35,8 +35,10 @@ nor doubles a write. A transaction's statements run in one synchronous call that
 nothing, so another asyncio task's statement cannot slip into it. (A caller cancelled while it
 awaits a write on the worker thread does not stop the write: it still runs, whole or not at
 all.) The schema migrations run in one `BEGIN IMMEDIATE … COMMIT` before the connection is
-handed out. Event cursors are the `events` table's `AUTOINCREMENT` ids: writers are
-serialized, so ids become visible in order.
+handed out. Event cursors are the `events` table's integer ids, each the largest so far plus
+one (no event is ever deleted; the table has no `AUTOINCREMENT` since schema version 5, which
+spares each insert the `sqlite_sequence` row): writers are serialized, so ids become visible in
+order.
 
 The connection is opened lazily in the process that uses it and refused in any other (a
 connection must never cross `fork()`); make a new store in each process.

@@ -11,6 +11,58 @@ __all__ = ["SCHEMA_VERSION"]
 _MIN_SQLITE = (3, 35, 0)
 """`RETURNING` arrived in SQLite 3.35."""
 
+_EVENT_TRIGGERS = (
+    # The first events of a new run.
+    """
+    CREATE TRIGGER runs_created AFTER INSERT ON runs
+    WHEN NEW.pending_events IS NOT NULL
+    BEGIN
+        INSERT INTO events (run_id, kind, data, at)
+            SELECT NEW.run_id, json_extract(value, '$.kind'), json_extract(value, '$.data'),
+                   NEW.updated_at
+            FROM json_each(NEW.pending_events) ORDER BY key;
+        UPDATE runs SET pending_events = NULL WHERE seq = NEW.seq;
+    END
+    """,
+    # The events and approval requests of a commit.
+    """
+    CREATE TRIGGER runs_committed AFTER UPDATE OF pending_events, pending_approvals ON runs
+    WHEN NEW.pending_events IS NOT NULL OR NEW.pending_approvals IS NOT NULL
+    BEGIN
+        INSERT INTO events (run_id, kind, data, at)
+            SELECT NEW.run_id, json_extract(value, '$.kind'), json_extract(value, '$.data'),
+                   NEW.updated_at
+            FROM json_each(NEW.pending_events) ORDER BY key;
+        INSERT INTO approvals (
+            approval_id, run_id, execution_key, args_digest, tool, args, rule_id,
+            approvers, requested_by, self_approve, requested_at
+        )
+            SELECT json_extract(value, '$.approval_id'), NEW.run_id,
+                   json_extract(value, '$.execution_key'),
+                   json_extract(value, '$.args_digest'), json_extract(value, '$.tool'),
+                   json_extract(value, '$.args'), json_extract(value, '$.rule_id'),
+                   json_extract(value, '$.approvers'),
+                   json_extract(value, '$.requested_by'),
+                   json_extract(value, '$.self_approve'), NEW.updated_at
+            FROM json_each(NEW.pending_approvals) ORDER BY key;
+        UPDATE runs SET pending_events = NULL, pending_approvals = NULL WHERE seq = NEW.seq;
+    END
+    """,
+    # The event of an approval's decision.
+    """
+    CREATE TRIGGER approvals_decided AFTER UPDATE OF pending_event ON approvals
+    WHEN NEW.pending_event IS NOT NULL
+    BEGIN
+        INSERT INTO events (run_id, kind, data, at)
+            VALUES (NEW.run_id, json_extract(NEW.pending_event, '$.kind'),
+                    json_extract(NEW.pending_event, '$.data'), NEW.decided_at);
+        UPDATE approvals SET pending_event = NULL WHERE seq = NEW.seq;
+    END
+    """,
+)
+"""The triggers that insert into `events` (version 1's; version 5 drops and makes them again
+around its rebuild of the table)."""
+
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # version 1
     (
@@ -74,53 +126,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
         "CREATE INDEX approvals_run ON approvals (run_id, seq)",
-        # The first events of a new run.
-        """
-        CREATE TRIGGER runs_created AFTER INSERT ON runs
-        WHEN NEW.pending_events IS NOT NULL
-        BEGIN
-            INSERT INTO events (run_id, kind, data, at)
-                SELECT NEW.run_id, json_extract(value, '$.kind'), json_extract(value, '$.data'),
-                       NEW.updated_at
-                FROM json_each(NEW.pending_events) ORDER BY key;
-            UPDATE runs SET pending_events = NULL WHERE seq = NEW.seq;
-        END
-        """,
-        # The events and approval requests of a commit.
-        """
-        CREATE TRIGGER runs_committed AFTER UPDATE OF pending_events, pending_approvals ON runs
-        WHEN NEW.pending_events IS NOT NULL OR NEW.pending_approvals IS NOT NULL
-        BEGIN
-            INSERT INTO events (run_id, kind, data, at)
-                SELECT NEW.run_id, json_extract(value, '$.kind'), json_extract(value, '$.data'),
-                       NEW.updated_at
-                FROM json_each(NEW.pending_events) ORDER BY key;
-            INSERT INTO approvals (
-                approval_id, run_id, execution_key, args_digest, tool, args, rule_id,
-                approvers, requested_by, self_approve, requested_at
-            )
-                SELECT json_extract(value, '$.approval_id'), NEW.run_id,
-                       json_extract(value, '$.execution_key'),
-                       json_extract(value, '$.args_digest'), json_extract(value, '$.tool'),
-                       json_extract(value, '$.args'), json_extract(value, '$.rule_id'),
-                       json_extract(value, '$.approvers'),
-                       json_extract(value, '$.requested_by'),
-                       json_extract(value, '$.self_approve'), NEW.updated_at
-                FROM json_each(NEW.pending_approvals) ORDER BY key;
-            UPDATE runs SET pending_events = NULL, pending_approvals = NULL WHERE seq = NEW.seq;
-        END
-        """,
-        # The event of an approval's decision.
-        """
-        CREATE TRIGGER approvals_decided AFTER UPDATE OF pending_event ON approvals
-        WHEN NEW.pending_event IS NOT NULL
-        BEGIN
-            INSERT INTO events (run_id, kind, data, at)
-                VALUES (NEW.run_id, json_extract(NEW.pending_event, '$.kind'),
-                        json_extract(NEW.pending_event, '$.data'), NEW.decided_at);
-            UPDATE approvals SET pending_event = NULL WHERE seq = NEW.seq;
-        END
-        """,
+        *_EVENT_TRIGGERS,
     ),
     # version 2: a pending pause or cancel request, written by any process, read by commits
     ("ALTER TABLE runs ADD COLUMN control TEXT",),
@@ -208,6 +214,31 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
                 ),
             )
         ),
+    ),
+    # version 5: `events` without AUTOINCREMENT. Its ids stay as they were and new ones are
+    # still the largest so far plus one (no event is ever deleted, and writers are serialized),
+    # but an insert no longer reads and rewrites the `sqlite_sequence` row: one page less in
+    # each commit's WAL frames. The table is copied (SQLite's way to change a table's
+    # definition); the triggers that insert into it are made again around the copy.
+    (
+        "DROP TRIGGER runs_created",
+        "DROP TRIGGER runs_committed",
+        "DROP TRIGGER approvals_decided",
+        """
+        CREATE TABLE events_v5 (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            data TEXT NOT NULL,
+            at REAL NOT NULL
+        )
+        """,
+        "INSERT INTO events_v5 (id, run_id, kind, data, at) "
+        "SELECT id, run_id, kind, data, at FROM events ORDER BY id",
+        "DROP TABLE events",
+        "ALTER TABLE events_v5 RENAME TO events",
+        "CREATE INDEX events_run ON events (run_id, id)",
+        *_EVENT_TRIGGERS,
     ),
 )
 

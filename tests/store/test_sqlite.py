@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from pytest_harness.errors import StoreError
-from pytest_harness.store import EventDraft, NewApproval, NewRun, SQLiteStore
+from pytest_harness.store import EventDraft, NewApproval, NewRun, SQLiteStore, sqlite_file
 from pytest_harness.store.base import Sample
 from pytest_harness.store.sqlite import SCHEMA_VERSION
 from pytest_harness.store.sqlite_connection import (
@@ -740,3 +740,72 @@ async def test_a_version_2_file_gets_the_samples_table(tmp_path: Path) -> None:
     with raw(path) as conn:
         versions = [v for (v,) in conn.execute("SELECT version FROM schema_version")]
     assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION >= 3
+
+
+async def test_a_version_4_file_gets_events_without_autoincrement_and_keeps_its_cursors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.db"
+    with monkeypatch.context() as patch:  # this code's store, on what version 4 made
+        patch.setattr(sqlite_file, "_MIGRATIONS", sqlite_file._MIGRATIONS[:4])
+        patch.setattr(sqlite_file, "SCHEMA_VERSION", 4)
+        old = SQLiteStore(path)
+        try:
+            runs = [(await old.create_run(new_run()))[0] for _ in range(3)]
+            for n, run in enumerate(runs):
+                await old.commit(
+                    run.run_id,
+                    0,
+                    status="awaiting_approval",
+                    state={"n": n},
+                    events=[EventDraft("step", {"n": n})],
+                    approvals=[
+                        NewApproval(
+                            approval_id=f"apr_{n}",
+                            execution_key="exk",
+                            args_digest="d",
+                            tool="refund",
+                            args={},
+                            rule_id="R1",
+                            approvers=(),
+                            requested_by="ann",
+                        )
+                    ],
+                )
+            before = {run.run_id: await old.events(run.run_id) for run in runs}
+        finally:
+            await old.close()
+    with raw(path) as conn:
+        assert conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchall()
+    migrated = SQLiteStore(path)
+    try:
+        for run in runs:
+            assert await migrated.events(run.run_id) == before[run.run_id]
+        last = max(int(e.cursor) for events in before.values() for e in events)
+        await migrated.decide_approval(
+            runs[0].run_id,
+            "apr_0",
+            decision="approve",
+            approver="fiona",
+            approver_roles=(),
+            reason=None,
+            event=EventDraft("answered"),
+        )
+        await migrated.commit(
+            runs[1].run_id, 0, status="running", state={}, events=[EventDraft("more")]
+        )
+        answered = (await migrated.events(runs[0].run_id, after=str(last)))[0]
+        more = (await migrated.events(runs[1].run_id, after=str(last)))[0]
+        assert (answered.kind, more.kind) == ("answered", "more")
+        assert last < int(answered.cursor) < int(more.cursor)
+    finally:
+        await migrated.close()
+    with raw(path) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM schema_version")]
+        assert versions == list(range(1, SCHEMA_VERSION + 1))
+        assert not conn.execute("SELECT 1 FROM sqlite_sequence WHERE name = 'events'").fetchall()
+        (table,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()
+        assert "AUTOINCREMENT" not in table
+        names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master")}
+        assert {"events_run", "runs_created", "runs_committed", "approvals_decided"} <= names
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
