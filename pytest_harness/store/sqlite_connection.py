@@ -104,6 +104,8 @@ class SQLiteConnection(SQLStoreBase):
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
         self._conn: sqlite3.Connection | None = None
+        self._cursor: sqlite3.Cursor | None = None
+        """The connection's cursor for writes: one for every write, not a new one each."""
         self._worker: concurrent.futures.ThreadPoolExecutor | None = None
         self._checkpointer: sqlite3.Connection | None = None
         """The worker thread's own connection, for checkpoints only."""
@@ -137,6 +139,7 @@ class SQLiteConnection(SQLStoreBase):
         """Close the connection; idempotent. Later calls raise `StoreError` until `open()`."""
         self._closed = True
         conn, self._conn = self._conn, None
+        self._cursor = None
         worker, self._worker = self._worker, None
         checkpointer, self._checkpointer = self._checkpointer, None
         self._last = self._checkpointing = None
@@ -183,6 +186,7 @@ class SQLiteConnection(SQLStoreBase):
                     worker.shutdown(wait=False)
                     raise
                 self._conn, self._checkpointer = conns
+                self._cursor = conns[0].cursor()
                 self._worker, self._last, self._checkpointing = worker, None, None
                 self._wal_pages, self._wal_behind = 0, False
                 self._busy_ms = round(self.busy_timeout * 1000)
@@ -234,9 +238,18 @@ class SQLiteConnection(SQLStoreBase):
         return future
 
     def _idle(self) -> bool:
-        """Whether the worker thread has nothing queued or running (the loop may use `_conn`)."""
+        """Whether the worker thread has nothing queued or running (the loop may use `_conn`).
+
+        A job seen done is forgotten, so the next write need not ask its future again (asking
+        takes the future's lock).
+        """
         last = self._last
-        return last is None or last.done()
+        if last is None:
+            return True
+        if last.done():
+            self._last = None
+            return True
+        return False
 
     def _inline(self, size: int) -> bool:
         """Whether a write of `size` bytes may run inline on the loop's thread.
@@ -248,7 +261,12 @@ class SQLiteConnection(SQLStoreBase):
         if size > _INLINE_BYTES or not self._idle():
             return False
         pending = self._checkpointing
-        return pending is None or pending.done() or self._wal_pages < _CHECKPOINT_PAGES
+        if pending is None:
+            return True
+        if pending.done():
+            self._checkpointing = None
+            return True
+        return self._wal_pages < _CHECKPOINT_PAGES
 
     async def _q(
         self,
@@ -285,55 +303,57 @@ class SQLiteConnection(SQLStoreBase):
         nothing (a write statement takes the write lock before it changes anything), so
         running it again on the worker thread neither loses nor doubles it.
         """
-        conn = self._conn
-        if conn is None or self._pid != os.getpid():
-            conn = await self._db()
+        if self._conn is None or self._pid != os.getpid():
+            await self._db()
         if size is None:
             size = _text_bytes(params)
-        if self._inline(size):
+        cursor = self._cursor
+        if cursor is not None and self._inline(size):
             try:
                 if self._busy_ms:
-                    conn.execute("PRAGMA busy_timeout = 0")
+                    cursor.execute("PRAGMA busy_timeout = 0")
                     self._busy_ms = 0
-                rows = conn.execute(sql, params).fetchall()
+                rows = cursor.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 if not _is_busy(exc):
                     raise self._error(what, exc, write=True) from exc
-                if conn.in_transaction:  # pragma: no cover - autocommit statements roll back
-                    conn.execute("ROLLBACK")
+                if cursor.connection.in_transaction:  # pragma: no cover - autocommit rolls back
+                    cursor.execute("ROLLBACK")
             else:
                 self._wrote(size)
                 return cast(list[_Row], rows)
         return await self._q(what, sql, params, write=True)
 
-    async def _tx(self, what: str, work: Callable[[sqlite3.Connection], T], *, size: int) -> T:
-        """Run `work(conn)` in one `BEGIN IMMEDIATE … COMMIT` transaction, inline if it can.
+    async def _tx(self, what: str, work: Callable[[sqlite3.Cursor], T], *, size: int) -> T:
+        """Run `work(cursor)` in one `BEGIN IMMEDIATE … COMMIT` transaction, inline if it can.
 
         Inline when the write lock can be taken at once, else on the worker thread (waiting up
         to the busy timeout). `work` runs its statements to the end (`fetchall`) and awaits
         nothing, so no other task's statement can slip into the transaction; if it raises, the
         transaction is rolled back and nothing is written. `size` is as in `_w`.
         """
-        conn = self._conn
-        if conn is None or self._pid != os.getpid():
-            conn = await self._db()
+        if self._conn is None or self._pid != os.getpid():
+            await self._db()
+        cursor = self._cursor
+        if cursor is None:  # pragma: no cover - opening makes it
+            raise StoreError(f"sqlite store {self.path} is not open")
         if self._inline(size):
             try:
                 if self._busy_ms:
-                    conn.execute("PRAGMA busy_timeout = 0")
+                    cursor.execute("PRAGMA busy_timeout = 0")
                     self._busy_ms = 0
-                conn.execute("BEGIN IMMEDIATE")
+                cursor.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 if not _is_busy(exc):
                     raise self._error(what, exc, write=True) from exc
             else:
                 try:
-                    result = _finish(conn, work)
+                    result = _finish(cursor, work)
                 except sqlite3.Error as exc:
                     raise self._error(what, exc, write=True) from exc
                 self._wrote(size)
                 return result
-        future = self._submit(lambda conn: _transaction(conn, work))
+        future = self._submit(lambda _: _transaction(cursor, work))
         try:
             result = await asyncio.wrap_future(future)
         except sqlite3.Error as exc:
@@ -405,20 +425,20 @@ class SQLiteConnection(SQLStoreBase):
         return f"IN ({', '.join('?' * len(values))})", list(values)
 
 
-def _transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
-    """`BEGIN IMMEDIATE`, `work(conn)`, `COMMIT` (waiting for the lock per the busy timeout)."""
-    conn.execute("BEGIN IMMEDIATE")
-    return _finish(conn, work)
+def _transaction(cursor: sqlite3.Cursor, work: Callable[[sqlite3.Cursor], T]) -> T:
+    """`BEGIN IMMEDIATE`, `work(cursor)`, `COMMIT` (waiting for the lock per the busy timeout)."""
+    cursor.execute("BEGIN IMMEDIATE")
+    return _finish(cursor, work)
 
 
-def _finish(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+def _finish(cursor: sqlite3.Cursor, work: Callable[[sqlite3.Cursor], T]) -> T:
     """Run `work` in the open transaction and commit it, or roll it back when anything fails."""
     try:
-        result = work(conn)
-        conn.execute("COMMIT")
+        result = work(cursor)
+        cursor.execute("COMMIT")
     except BaseException:
-        if conn.in_transaction:
+        if cursor.connection.in_transaction:
             with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
+                cursor.execute("ROLLBACK")
         raise
     return result

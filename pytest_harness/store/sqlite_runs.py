@@ -82,11 +82,11 @@ class SQLiteRuns(SQLiteConnection):
             journal,
         )
 
-        def insert(conn: sqlite3.Connection) -> bool:
-            if not conn.execute(_CREATE, params).rowcount:
+        def insert(cursor: sqlite3.Cursor) -> bool:
+            if not cursor.execute(_CREATE, params).rowcount:
                 return False  # the idempotency key is taken
             if events:
-                conn.executemany(_EVENT, events)
+                cursor.executemany(_EVENT, events)
             return True
 
         size = len(state) + len(run.input) + sum(len(e[2]) for e in events) + len(journal or "")
@@ -159,33 +159,33 @@ class SQLiteRuns(SQLiteConnection):
         approvals_json = approvals_json_of(run_id, approvals)
         journal_json = _journal_json(run_id, journal)
         status_text = _text(status)
-        params = {
-            "status": status_text,
-            "state": state_json,
-            "now": now,
-            "approvals": approvals_json,
-            "journal": journal_json,
-            "expires": None if lease_ttl is None else now + lease_ttl,
-            "run_id": run_id,
-            "token": token,
-            "release": release,
-            "clear_control": clear_control,
-        }
+        params = (  # in `_COMMIT_PARAMS`'s order
+            status_text,
+            clear_control,
+            approvals_json,
+            journal_json,
+            state_json,
+            now,
+            None if lease_ttl is None else now + lease_ttl,
+            release,
+            run_id,
+            token,
+        )
 
         carries = (approvals_json is not None, journal_json is not None)
         steady = self._statuses.get(run_id) == status_text
 
-        def update(conn: sqlite3.Connection) -> tuple[str | None] | None:
+        def update(cursor: sqlite3.Cursor) -> tuple[str | None] | None:
             # The narrowest statement first (see `_COMMIT`); one that finds no row writes nothing.
-            if (steady and conn.execute(_COMMIT[(*carries, False, False)], params).rowcount) or (
-                conn.execute(_COMMIT[(*carries, True, False)], params).rowcount
+            if (steady and cursor.execute(_COMMIT[(*carries, False, False)], params).rowcount) or (
+                cursor.execute(_COMMIT[(*carries, True, False)], params).rowcount
             ):
                 found: tuple[str | None] | None = (None,)
             else:
-                rows = conn.execute(_COMMIT[(*carries, True, True)], params).fetchall()
+                rows = cursor.execute(_COMMIT[(*carries, True, True)], params).fetchall()
                 found = (rows[0][0],) if rows else None
             if found is not None and event_rows:  # a stale token updated no row: nothing more
-                conn.executemany(_EVENT, event_rows)
+                cursor.executemany(_EVENT, event_rows)
             return found
 
         size = len(state_json) + sum(len(e[2]) for e in event_rows)

@@ -42,6 +42,10 @@ _EVENT = "INSERT INTO events (run_id, kind, data, at) VALUES (?, ?, ?, ?)"
 def _commit_statement(approvals: bool, journal: bool, status: bool, control: bool) -> str:
     """A commit's fenced UPDATE of the run's row.
 
+    Its parameters are numbered, in `_COMMIT_PARAMS`'s order, so one tuple binds every variant
+    (binding a tuple is cheaper than a mapping, whose names are looked up one by one): each
+    variant uses the last one, so SQLite counts them all.
+
     `pending_approvals` and `pending_journal` are set only when given: both are NULL between
     writes (their triggers empty them), so leaving one out changes nothing but this: its
     `AFTER UPDATE OF` trigger is not run for a write without any.
@@ -51,28 +55,39 @@ def _commit_statement(approvals: bool, journal: bool, status: bool, control: boo
     rewrites the entries of every index on a column the `SET` names, changed or not). Without
     `control` it matches only a row with no pending control request and returns nothing: the
     cursor's `rowcount` says whether it found the row. With `control` it clears the request
-    when it is `:clear_control` and returns what is left (`RETURNING control`).
+    when it is the one the commit acted on and returns what is left (`RETURNING control`).
     """
-    pending = ("pending_approvals = :approvals, " if approvals else "") + (
-        "pending_journal = :journal, " if journal else ""
+    pending = ("pending_approvals = ?3, " if approvals else "") + (
+        "pending_journal = ?4, " if journal else ""
     )
-    sets = ("status = :status, " if status else "") + (
-        "control = CASE WHEN control = :clear_control THEN NULL ELSE control END, "
-        if control
-        else ""
+    sets = ("status = ?1, " if status else "") + (
+        "control = CASE WHEN control = ?2 THEN NULL ELSE control END, " if control else ""
     )
-    where = ("" if status else " AND status = :status") + (
+    where = ("" if status else " AND status = ?1") + (
         " RETURNING control" if control else " AND control IS NULL"
     )
     return (
-        f"UPDATE runs SET {sets}state = :state, updated_at = :now, {pending}"
-        "lease_expires = CASE WHEN :release THEN NULL "
-        "WHEN :expires IS NULL OR lease_owner IS NULL THEN lease_expires ELSE :expires END, "
-        "lease_owner = CASE WHEN :release THEN NULL ELSE lease_owner END "
-        f"WHERE run_id = :run_id AND lease_token = :token{where}"
+        f"UPDATE runs SET {sets}state = ?5, updated_at = ?6, {pending}"
+        "lease_expires = CASE WHEN ?8 THEN NULL "
+        "WHEN ?7 IS NULL OR lease_owner IS NULL THEN lease_expires ELSE ?7 END, "
+        "lease_owner = CASE WHEN ?8 THEN NULL ELSE lease_owner END "
+        f"WHERE run_id = ?9 AND lease_token = ?10{where}"
     )
 
 
+_COMMIT_PARAMS = (
+    "status",
+    "clear_control",
+    "approvals",
+    "journal",
+    "state",
+    "now",
+    "expires",
+    "release",
+    "run_id",
+    "token",
+)
+"""The commit statements' parameters `?1` … `?10`, in order."""
 _COMMIT = {
     (approvals, journal, status, control): _commit_statement(approvals, journal, status, control)
     for approvals in (False, True)
