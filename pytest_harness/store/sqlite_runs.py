@@ -33,6 +33,7 @@ from pytest_harness.store.sqlite_statements import (
     _CREATE,
     _EVENT,
     _RUN,
+    Lease,
     _journal_json,
     _loads,
     _record,
@@ -61,29 +62,38 @@ class SQLiteRuns(SQLiteConnection):
         journal = _journal_json(run.run_id, run.journal)
         tenant_key = run.tenant or ""
         status = _text(run.status)
-        params = (
+        leased = run.lease_owner is not None
+        expires = now + (run.lease_ttl or 0.0) if leased else None
+        params: tuple[Any, ...] = (
             run.run_id,
             run.session_id,
             run.task,
-            run.tenant,
             tenant_key,
             principal,
             run.input,
             labels,
-            run.idempotency_key,
             status,
             state,
             now,
             now,
-            run.lease_owner,
-            1 if run.lease_owner is not None else 0,
-            now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
+            1 if leased else 0,
             1 if run.record else 0,
-            journal,
         )
+        # The nullable columns that have a value, in `_create_statement`'s order.
+        if run.tenant is not None:
+            params += (run.tenant,)
+        if run.idempotency_key is not None:
+            params += (run.idempotency_key,)
+        if leased:
+            params += (run.lease_owner, expires)
+        if journal is not None:
+            params += (journal,)
+        statement = _CREATE[
+            run.tenant is not None, run.idempotency_key is not None, leased, journal is not None
+        ]
 
         def insert(cursor: sqlite3.Cursor) -> bool:
-            if not cursor.execute(_CREATE, params).rowcount:
+            if not cursor.execute(statement, params).rowcount:
                 return False  # the idempotency key is taken
             if events:
                 cursor.executemany(_EVENT, events)
@@ -107,8 +117,8 @@ class SQLiteRuns(SQLiteConnection):
                 created_at=now,
                 updated_at=now,
                 lease_owner=run.lease_owner,
-                lease_token=1 if run.lease_owner is not None else 0,
-                lease_expires=now + (run.lease_ttl or 0.0) if run.lease_owner is not None else None,
+                lease_token=1 if leased else 0,
+                lease_expires=expires,
                 record=bool(run.record),
             )
             return record, True
@@ -159,30 +169,31 @@ class SQLiteRuns(SQLiteConnection):
         approvals_json = approvals_json_of(run_id, approvals)
         journal_json = _journal_json(run_id, journal)
         status_text = _text(status)
-        params = (  # in `_COMMIT_PARAMS`'s order
-            status_text,
-            clear_control,
-            approvals_json,
-            journal_json,
-            state_json,
-            now,
-            None if lease_ttl is None else now + lease_ttl,
-            release,
-            run_id,
-            token,
-        )
-
+        # The parameters of the `steady` and `status` statements, in `_commit_statement`'s
+        # order (`control` binds the request to clear after the status).
+        params: tuple[Any, ...] = (status_text,)
+        if approvals_json is not None:
+            params += (approvals_json,)
+        if journal_json is not None:
+            params += (journal_json,)
+        params += (state_json, now)
+        lease: Lease = "release" if release else "keep" if lease_ttl is None else "ttl"
+        if lease_ttl is not None and not release:
+            params += (now + lease_ttl,)
+        params += (run_id, token)
         carries = (approvals_json is not None, journal_json is not None)
         steady = self._statuses.get(run_id) == status_text
 
         def update(cursor: sqlite3.Cursor) -> tuple[str | None] | None:
             # The narrowest statement first (see `_COMMIT`); one that finds no row writes nothing.
-            if (steady and cursor.execute(_COMMIT[(*carries, False, False)], params).rowcount) or (
-                cursor.execute(_COMMIT[(*carries, True, False)], params).rowcount
-            ):
+            if (
+                steady and cursor.execute(_COMMIT[(*carries, "steady", lease)], params).rowcount
+            ) or cursor.execute(_COMMIT[(*carries, "status", lease)], params).rowcount:
                 found: tuple[str | None] | None = (None,)
             else:
-                rows = cursor.execute(_COMMIT[(*carries, True, True)], params).fetchall()
+                rows = cursor.execute(
+                    _COMMIT[(*carries, "control", lease)], (status_text, clear_control, *params[1:])
+                ).fetchall()
                 found = (rows[0][0],) if rows else None
             if found is not None and event_rows:  # a stale token updated no row: nothing more
                 cursor.executemany(_EVENT, event_rows)

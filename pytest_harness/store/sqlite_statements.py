@@ -7,7 +7,7 @@ by the `_EVENT` inserts of its events, in one transaction (see `store.sqlite`).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pytest_harness.store.rows import (
     APPROVAL_COLUMNS,
@@ -28,81 +28,102 @@ _RUN = (
 )
 _APPROVAL = APPROVAL_COLUMNS
 
-_CREATE = (
-    "INSERT INTO runs (run_id, session_id, task, tenant, tenant_key, principal, input, labels, "
-    "idempotency_key, status, state, created_at, updated_at, lease_owner, lease_token, "
-    "lease_expires, record, pending_journal) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING"
-)
-"""Insert a run; a taken idempotency key inserts nothing (the cursor's `rowcount` is 0)."""
+
+def _create_statement(tenant: bool, key: bool, lease: bool, journal: bool) -> str:
+    """The INSERT of a new run, naming only the nullable columns it has a value for.
+
+    Those it leaves out are NULL. sqlite3 binds an exact `str`, `int` or `float` as it is, but
+    tries to adapt anything else, `None` included (two failed attribute lookups, each an
+    exception), so a NULL is better written by leaving its column out. Parameters are bound in
+    the order `SQLiteRuns.create_run` builds them.
+    """
+    columns = ["run_id", "session_id", "task", "tenant_key", "principal", "input", "labels"]
+    columns += ["status", "state", "created_at", "updated_at", "lease_token", "record"]
+    columns += ["tenant"] if tenant else []
+    columns += ["idempotency_key"] if key else []
+    columns += ["lease_owner", "lease_expires"] if lease else []
+    columns += ["pending_journal"] if journal else []
+    return (
+        f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+        "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING"
+    )
+
+
+_CREATE = {
+    (tenant, key, lease, journal): _create_statement(tenant, key, lease, journal)
+    for tenant in (False, True)
+    for key in (False, True)
+    for lease in (False, True)
+    for journal in (False, True)
+}
+"""Insert a run, by which of tenant, idempotency key, lease and journal it has; a taken
+idempotency key inserts nothing (the cursor's `rowcount` is 0)."""
 _EVENT = "INSERT INTO events (run_id, kind, data, at) VALUES (?, ?, ?, ?)"
 
+Steady = Literal["steady", "status", "control"]
+"""Which of a commit's statements: `steady` leaves the status alone, `status` writes it,
+`control` also acts on a pending pause or cancel."""
+Lease = Literal["keep", "ttl", "release"]
+"""What a commit does to the lease: nothing, extend it by a ttl, or release it."""
 
-def _commit_statement(approvals: bool, journal: bool, status: bool, control: bool) -> str:
+
+def _commit_statement(approvals: bool, journal: bool, kind: Steady, lease: Lease) -> str:
     """A commit's fenced UPDATE of the run's row.
 
-    Its parameters are numbered, in `_COMMIT_PARAMS`'s order, so one tuple binds every variant
-    (binding a tuple is cheaper than a mapping, whose names are looked up one by one): each
-    variant uses the last one, so SQLite counts them all.
+    Its parameters are numbered, in the order `SQLiteRuns.commit` builds them: the status (and,
+    for `control`, the request the commit acted on), the approval requests and the journal
+    entries when it carries any, the state, the time, the lease's expiry with a ttl, the run
+    id and the token. Nothing binds `None` or a `bool` (sqlite3 tries to adapt anything but an
+    exact `str`, `int` or `float`, at the cost of two exceptions): what is absent is not named.
 
     `pending_approvals` and `pending_journal` are set only when given: both are NULL between
     writes (their triggers empty them), so leaving one out changes nothing but this: its
     `AFTER UPDATE OF` trigger is not run for a write without any.
 
-    Without `status` the statement leaves the status column alone and matches only a row whose
-    status is already the one written (so the `runs_status` index is not touched: SQLite
-    rewrites the entries of every index on a column the `SET` names, changed or not). Without
-    `control` it matches only a row with no pending control request and returns nothing: the
-    cursor's `rowcount` says whether it found the row. With `control` it clears the request
-    when it is the one the commit acted on and returns what is left (`RETURNING control`).
+    `steady` leaves the status column alone and matches only a row whose status is already the
+    one written (so the `runs_status` index is not touched: SQLite rewrites the entries of
+    every index on a column the `SET` names, changed or not). `steady` and `status` match only
+    a row with no pending control request and return nothing: the cursor's `rowcount` says
+    whether they found the row. `control` clears the request when it is the one the commit
+    acted on, and returns what is left (`RETURNING control`).
     """
-    pending = ("pending_approvals = ?3, " if approvals else "") + (
-        "pending_journal = ?4, " if journal else ""
-    )
-    sets = ("status = ?1, " if status else "") + (
-        "control = CASE WHEN control = ?2 THEN NULL ELSE control END, " if control else ""
-    )
-    where = ("" if status else " AND status = ?1") + (
-        " RETURNING control" if control else " AND control IS NULL"
-    )
-    return (
-        f"UPDATE runs SET {sets}state = ?5, updated_at = ?6, {pending}"
-        "lease_expires = CASE WHEN ?8 THEN NULL "
-        "WHEN ?7 IS NULL OR lease_owner IS NULL THEN lease_expires ELSE ?7 END, "
-        "lease_owner = CASE WHEN ?8 THEN NULL ELSE lease_owner END "
-        f"WHERE run_id = ?9 AND lease_token = ?10{where}"
-    )
+    names = ["status"] + (["clear_control"] if kind == "control" else [])
+    names += (["approvals"] if approvals else []) + (["journal"] if journal else [])
+    names += ["state", "now"] + (["expires"] if lease == "ttl" else []) + ["run_id", "token"]
+    n = {name: f"?{i}" for i, name in enumerate(names, 1)}
+    sets = [] if kind == "steady" else [f"status = {n['status']}"]
+    if kind == "control":
+        clear = n["clear_control"]
+        sets.append(f"control = CASE WHEN control = {clear} THEN NULL ELSE control END")
+    sets += [f"pending_approvals = {n['approvals']}"] if approvals else []
+    sets += [f"pending_journal = {n['journal']}"] if journal else []
+    sets += [f"state = {n['state']}", f"updated_at = {n['now']}"]
+    if lease == "release":
+        sets += ["lease_owner = NULL", "lease_expires = NULL"]
+    elif lease == "ttl":  # only a held lease is extended
+        sets.append(
+            f"lease_expires = CASE WHEN lease_owner IS NULL THEN lease_expires "
+            f"ELSE {n['expires']} END"
+        )
+    where = f"run_id = {n['run_id']} AND lease_token = {n['token']}"
+    where += f" AND status = {n['status']}" if kind == "steady" else ""
+    where += " RETURNING control" if kind == "control" else " AND control IS NULL"
+    return f"UPDATE runs SET {', '.join(sets)} WHERE {where}"
 
 
-_COMMIT_PARAMS = (
-    "status",
-    "clear_control",
-    "approvals",
-    "journal",
-    "state",
-    "now",
-    "expires",
-    "release",
-    "run_id",
-    "token",
-)
-"""The commit statements' parameters `?1` … `?10`, in order."""
 _COMMIT = {
-    (approvals, journal, status, control): _commit_statement(approvals, journal, status, control)
+    (approvals, journal, kind, lease): _commit_statement(approvals, journal, kind, lease)
     for approvals in (False, True)
     for journal in (False, True)
-    for status in (False, True)
-    for control in (False, True)
-    if status or not control
+    for kind in get_args(Steady)
+    for lease in get_args(Lease)
 }
-"""A commit's UPDATE, by whether it carries approval requests and journal entries, whether it
-writes the status column, and whether it reads and clears a pending control request.
+"""A commit's UPDATE, by whether it carries approval requests and journal entries, which kind
+it is, and what it does to the lease.
 
-A commit tries the narrowest statement that can apply first: the steady one (status unchanged,
-no control request: the most boundaries of a run), then the one that writes the status, then
-the one that acts on a control request; the last finding no row means a stale token or an
-unknown run (`store.sqlite_runs`)."""
+A commit tries the narrowest statement that can apply first: `steady` (status unchanged, no
+control request: the most boundaries of a run), then `status`, then `control`; the last
+finding no row means a stale token or an unknown run (`store.sqlite_runs`)."""
 _CONTROL = (
     "UPDATE runs SET control = CASE WHEN control = 'cancel' THEN 'cancel' ELSE :control END, "
     "updated_at = :now "
