@@ -14,15 +14,25 @@ timeout (`store.sqlite_connection` says why, and how long a write can hold the l
 run on the worker thread.
 
 - `commit` is `BEGIN IMMEDIATE`, one fenced `UPDATE runs … WHERE run_id = ? AND lease_token
-  = ? RETURNING control`, an `INSERT INTO events` per event when the `UPDATE` found the run,
-  and `COMMIT`. The boundary's approval requests and journal entries travel in the
-  `pending_approvals` and `pending_journal` columns as JSON arrays; `AFTER UPDATE` triggers
-  move their items into the `approvals` and `journal` tables (`json_each`) and clear the
-  columns. A stale token updates no row, so the triggers never fire and nothing is written.
-  The `RETURNING` clause hands the driver any pending pause or cancel request.
-- `create_run` is `BEGIN IMMEDIATE`, one `INSERT … ON CONFLICT (tenant_key, task,
-  idempotency_key) DO NOTHING RETURNING seq`, the inserts of its first events when it made
-  the row, and `COMMIT`.
+  = ?`, an `INSERT INTO events` per event when the `UPDATE` found the run, and `COMMIT`. The
+  `UPDATE` is the narrowest of three that applies, tried in turn until one finds the row:
+  the steady one (the status this store last wrote is unchanged: it is not written, so the
+  `runs_status` index is not touched, and a `WHERE status = ? AND control IS NULL` checks
+  it), one that writes the status (`AND control IS NULL`), and, when a pause or cancel is
+  pending, one that clears the request the driver acted on and hands back what is left
+  (`RETURNING control`). The first two return nothing: the cursor's row count says whether
+  they found the run. When the last finds nothing too, the token is stale or the run
+  unknown, and `store.sql_base` reads back which. The boundary's approval requests and
+  journal entries travel in the `pending_approvals` and `pending_journal` columns as JSON
+  arrays; `AFTER UPDATE` triggers move their items into the `approvals` and `journal`
+  tables (`json_each`) and clear the columns. A statement that finds no row updates none, so
+  the triggers never fire and nothing is written. Each statement names only what it writes
+  (sqlite3 adapts a bound `None` or `bool` at the cost of two exceptions): no NULL or flag
+  is bound.
+- `create_run` is `BEGIN IMMEDIATE`, one `INSERT` of the columns it has values for (with
+  `ON CONFLICT (tenant_key, task, idempotency_key) WHERE idempotency_key IS NOT NULL DO
+  NOTHING` for a run with an idempotency key: the cursor's row count says whether it made
+  the row), the inserts of its first events when it did, and `COMMIT`.
 - `request_control` is one `UPDATE runs SET control = …` guarded by the run's status.
 - `decide_approval` is one compare-and-set `UPDATE approvals … WHERE status = 'pending'`, and
   its event travels in `approvals.pending_event` to a trigger.

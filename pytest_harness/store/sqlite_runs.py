@@ -169,9 +169,9 @@ class SQLiteRuns(SQLiteConnection):
         approvals_json = approvals_json_of(run_id, approvals)
         journal_json = _journal_json(run_id, journal)
         status_text = _text(status)
-        # The parameters of the `steady` and `status` statements, in `_commit_statement`'s
-        # order (`control` binds the request to clear after the status).
-        params: tuple[Any, ...] = (status_text,)
+        # The parameters every commit statement binds, in `_commit_statement`'s order, between
+        # the status it sets (`status`, `control`) and the one it checks (`steady`).
+        params: tuple[Any, ...] = ()
         if approvals_json is not None:
             params += (approvals_json,)
         if journal_json is not None:
@@ -187,12 +187,17 @@ class SQLiteRuns(SQLiteConnection):
         def update(cursor: sqlite3.Cursor) -> tuple[str | None] | None:
             # The narrowest statement first (see `_COMMIT`); one that finds no row writes nothing.
             if (
-                steady and cursor.execute(_COMMIT[(*carries, "steady", lease)], params).rowcount
-            ) or cursor.execute(_COMMIT[(*carries, "status", lease)], params).rowcount:
+                steady
+                and cursor.execute(
+                    _COMMIT[(*carries, "steady", lease)], (*params, status_text)
+                ).rowcount
+            ) or cursor.execute(
+                _COMMIT[(*carries, "status", lease)], (status_text, *params)
+            ).rowcount:
                 found: tuple[str | None] | None = (None,)
             else:
                 rows = cursor.execute(
-                    _COMMIT[(*carries, "control", lease)], (status_text, clear_control, *params[1:])
+                    _COMMIT[(*carries, "control", lease)], (status_text, clear_control, *params)
                 ).fetchall()
                 found = (rows[0][0],) if rows else None
             if found is not None and event_rows:  # a stale token updated no row: nothing more

@@ -79,11 +79,13 @@ Lease = Literal["keep", "ttl", "release"]
 def _commit_statement(approvals: bool, journal: bool, kind: Steady, lease: Lease) -> str:
     """A commit's fenced UPDATE of the run's row.
 
-    Its parameters are numbered, in the order `SQLiteRuns.commit` builds them: the status (and,
-    for `control`, the request the commit acted on), the approval requests and the journal
+    Its parameters are plain `?`s (Python 3.12.0 to 3.12.3 warn on every numbered `?1` bound
+    from a sequence), bound from one tuple in the order they appear: the status being set
+    (`status`, `control`), the request to clear (`control`), the approval requests and journal
     entries when it carries any, the state, the time, the lease's expiry with a ttl, the run
-    id and the token. Nothing binds `None` or a `bool` (sqlite3 tries to adapt anything but an
-    exact `str`, `int` or `float`, at the cost of two exceptions): what is absent is not named.
+    id and the token, then the status being checked (`steady`). Nothing binds `None` or a
+    `bool` (sqlite3 tries to adapt anything but an exact `str`, `int` or `float`, at the cost
+    of two exceptions): what is absent is not named.
 
     `pending_approvals` and `pending_journal` are set only when given: both are NULL between
     writes (their triggers empty them), so leaving one out changes nothing but this: its
@@ -96,26 +98,18 @@ def _commit_statement(approvals: bool, journal: bool, kind: Steady, lease: Lease
     whether they found the row. `control` clears the request when it is the one the commit
     acted on, and returns what is left (`RETURNING control`).
     """
-    names = ["status"] + (["clear_control"] if kind == "control" else [])
-    names += (["approvals"] if approvals else []) + (["journal"] if journal else [])
-    names += ["state", "now"] + (["expires"] if lease == "ttl" else []) + ["run_id", "token"]
-    n = {name: f"?{i}" for i, name in enumerate(names, 1)}
-    sets = [] if kind == "steady" else [f"status = {n['status']}"]
+    sets = [] if kind == "steady" else ["status = ?"]
     if kind == "control":
-        clear = n["clear_control"]
-        sets.append(f"control = CASE WHEN control = {clear} THEN NULL ELSE control END")
-    sets += [f"pending_approvals = {n['approvals']}"] if approvals else []
-    sets += [f"pending_journal = {n['journal']}"] if journal else []
-    sets += [f"state = {n['state']}", f"updated_at = {n['now']}"]
+        sets.append("control = CASE WHEN control = ? THEN NULL ELSE control END")
+    sets += ["pending_approvals = ?"] if approvals else []
+    sets += ["pending_journal = ?"] if journal else []
+    sets += ["state = ?", "updated_at = ?"]
     if lease == "release":
         sets += ["lease_owner = NULL", "lease_expires = NULL"]
     elif lease == "ttl":  # only a held lease is extended
-        sets.append(
-            f"lease_expires = CASE WHEN lease_owner IS NULL THEN lease_expires "
-            f"ELSE {n['expires']} END"
-        )
-    where = f"run_id = {n['run_id']} AND lease_token = {n['token']}"
-    where += f" AND status = {n['status']}" if kind == "steady" else ""
+        sets.append("lease_expires = CASE WHEN lease_owner IS NULL THEN lease_expires ELSE ? END")
+    where = "run_id = ? AND lease_token = ?"
+    where += " AND status = ?" if kind == "steady" else ""
     where += " RETURNING control" if kind == "control" else " AND control IS NULL"
     return f"UPDATE runs SET {', '.join(sets)} WHERE {where}"
 
