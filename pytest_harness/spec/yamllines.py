@@ -34,9 +34,16 @@ _KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*):(?: (.*))?\Z")
 """A mapping entry with a plain key: `key:` (group 2 None) or `key: value`."""
 _QUOTED_KEY = re.compile(r"'((?:[^']|'')*)':(?: (.*))?\Z")
 """... with a single-quoted key (the dumper quotes `'on':`)."""
-_BAD_TEXT = re.compile("[^\n\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_BAD_TEXT = re.compile(
+    "[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+)
 """Characters outside the subset: tabs, CR, NEL, line and paragraph separators, a BOM (not
 printable in YAML's sense: U+FEFF is printable but a BOM), and what YAML does not print."""
+_HINTS = "123456789"
+"""A literal block's indentation indicator (YAML takes 1-9, in ASCII digits only)."""
+_LONGEST_KEY = 128
+"""Longer keys are left to the loaders (the dumper writes them as `? ` keys; YAML allows an
+implicit key of at most 1,024 characters)."""
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 _FLOAT = re.compile(r"-?[0-9]+\.[0-9]+\Z")
 _WORDS: dict[str, Any] = {
@@ -69,8 +76,8 @@ def block_yaml(text: str, *, max_bytes: int) -> Any:
     Only a document of at most `max_bytes` / 8 characters is read here (what it builds then
     stays far below the cap `plain_yaml` and `parse_yaml` count).
     """
-    if len(text) * 8 > max_bytes or _BAD_TEXT.search(text) is not None:
-        return NOT_PLAIN
+    if len(text) * 8 > max_bytes or not text.endswith("\n") or _BAD_TEXT.search(text):
+        return NOT_PLAIN  # the dumper ends every file with a line break
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -123,7 +130,7 @@ class _Reader:
                     raise _Decline
                 key, rest = match.groups()
                 key = key.replace("''", "'")
-            if key in result:
+            if key in result or len(key) > _LONGEST_KEY:
                 raise _Decline
             if rest is None:
                 self.i += 1
@@ -220,9 +227,9 @@ class _Reader:
         """A literal block (`|`, `|-`, `|+`, `|2-`, ...) held by the entry at column `col`."""
         indicators = header[1:]
         hint = 0
-        if indicators[:1].isdigit():
+        if indicators[:1] and indicators[0] in _HINTS:
             hint, indicators = int(indicators[0]), indicators[1:]
-        elif indicators[1:2].isdigit():
+        elif indicators[1:2] and indicators[1] in _HINTS:
             hint, indicators = int(indicators[1]), indicators[0]
         chomp = _CHOMP.get(indicators)
         if chomp is None or hint > 9:

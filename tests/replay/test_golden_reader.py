@@ -170,13 +170,14 @@ STRINGS += ["two\nlines", "two\nlines\n", "\n\nblank first", " lead\nline", "end
 STRINGS += ["'q'", '"q"', "|", ">", "[a]", "{a: 1}", "&a", "*a", "!t", "%", "@", "`", "?", ":"]
 STRINGS += ["-", "-1", "+1", "0.5", "1.", "01", "0x1F", "1_0", "1e3", "null", "~", "on", "No"]
 STRINGS += ["2001-12-14", "12:30", "<<", "=", "", " ", "a  b", "tab\tin", "x" * 120]
+STRINGS += ["a\u2028    b", "p\u2029", "one\ntwo\u2028three\n", "nel\x85x", "\ufeffbom", "x\ufeff"]
 golden_leaf = (
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.sampled_from(STRINGS)
-    | st.text(alphabet=st.sampled_from(list("ab :#'\"\n-é✓ ")), max_size=12)
+    | st.text(alphabet=st.sampled_from(list("ab :#'\"\n-é✓ \u2028\u2029\x85\ufeff")), max_size=12)
     | st.text(max_size=12)
 )
 golden_like = st.recursive(
@@ -235,6 +236,13 @@ def test_the_line_reader_reads_plain_golden_values(doc: dict[str, Any]) -> None:
         "a:\n  - 1\n  b: 2\n",  # a syntax error
         "a: 1\n  b: 2\n",  # another
         "a: " + "1" * 5000 + "\n",  # an int over Python's digits
+        "a: 'x\u2028    y'\n",  # a line separator (a line break to YAML)
+        "a: |\n  one\u2029two\n",  # a paragraph separator in a literal block
+        "a: |\n  no final line break",  # the last line of a literal block, unended
+        "a: 1",  # any document without its final line break
+        "a: |0\n  x\n",  # an indentation indicator out of range
+        "a: |\u0662\n  x\n",  # one that is a digit but not ASCII
+        "k" * 1100 + ": 1\n",  # a key longer than an implicit key may be
     ],
 )
 def test_the_line_reader_declines_what_is_outside_its_subset(text: str) -> None:
