@@ -120,9 +120,8 @@ class Trace(Sequence[Decision]):
     @property
     def _decisions(self) -> tuple[Decision, ...]:
         built = self._built
-        if built is None:
+        if built is None:  # `_source` is kept: a thread that reads it meanwhile builds the same
             built = self._built = tuple(Decision.from_dict(d) for d in self._source)
-            self._source = ()
         return built
 
     @overload

@@ -21,7 +21,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from pytest_harness.errors import PayloadTooLarge
+from pytest_harness.errors import ExecutionError, PayloadTooLarge
 
 __all__ = [
     "PAGE_BUDGET",
@@ -116,8 +116,15 @@ async def read_pages(fetch: Callable[[int, int | None], Awaitable[Mapping[str, A
         if have >= total:
             return json.loads("".join(parts))
         if not piece:
-            raise RuntimeError(f"a snapshot page at {have} of {total} held no text")
-    raise RuntimeError(f"the run changed {_MAX_RESTARTS} times while it was read")
+            raise ExecutionError(f"a snapshot page at {have} of {total} held no text")
+    raise ExecutionError(
+        f"the run changed {_MAX_RESTARTS} times while its snapshot was read in pages; read "
+        "it again once it rests"
+    )
+
+
+_WIRED_WHOLE = 256 * 1024
+"""Tool results whose text is at most this long are answered with their value too."""
 
 
 def wire_outcome(outcome: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,9 +133,12 @@ def wire_outcome(outcome: Mapping[str, Any]) -> dict[str, Any]:
     A result's value and its text for the model are mostly the same characters (a string
     result is both); the value is then left out (`value_from: text` or `json`), so a result
     takes its size once, not twice, of the activity's payload. `outcome_of` restores it.
+    Only a text over `_WIRED_WHOLE` characters is answered so: a smaller outcome goes whole,
+    as a worker of the previous version, which knows no `value_from`, reads it (its workflow
+    code may take a newer worker's answer while workers are upgraded one by one).
     """
     value, text = outcome.get("value"), outcome.get("text")
-    if value is None or not isinstance(text, str):
+    if value is None or not isinstance(text, str) or len(text) <= _WIRED_WHOLE:
         return dict(outcome)
     if isinstance(value, str):
         if value != text:

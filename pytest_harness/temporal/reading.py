@@ -52,6 +52,8 @@ async def _pages(
 
     try:
         snap: dict[str, Any] = await read_pages(fetch)
+    except ExecutionError as exc:  # pages that do not add up
+        raise ExecutionError(f"run {handle.id}: {exc}") from None
     except WorkflowQueryFailedError as exc:
         if "snapshot_page" not in str(exc):  # not a worker that lacks the query
             raise

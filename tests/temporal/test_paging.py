@@ -92,8 +92,10 @@ def test_a_value_over_the_payload_limit_names_its_size_the_limit_and_what_carrie
 @pytest.mark.parametrize(
     ("value", "text", "sent"),
     [
-        ("x" * 100, "x" * 100, "text"),
-        ({"a": [1, 2.5, True, None]}, '{"a":[1,2.5,true,null]}', "json"),
+        ("x" * 300_000, "x" * 300_000, "text"),
+        ({"a": ["x" * 300_000]}, '{"a":["' + "x" * 300_000 + '"]}', "json"),
+        ("x" * 100, "x" * 100, None),  # small: whole, as a worker of the previous version reads
+        ({"a": [1, 2.5, True, None]}, '{"a":[1,2.5,true,null]}', None),
         ("x", "y", None),
         (None, "failed", None),
     ],
@@ -106,3 +108,15 @@ def test_a_tool_outcome_carries_its_value_once_and_is_restored(
     assert wired.get("value_from") == sent
     assert ("value" in wired) is (sent is None)
     assert outcome_of(wired) == outcome
+
+
+def test_a_run_that_changes_at_every_page_is_an_execution_error_not_an_endless_read() -> None:
+    calls: list[int] = []
+
+    async def fetch(offset: int, rev: int | None) -> Mapping[str, Any]:
+        calls.append(offset)
+        return page(json.dumps({"n": "a" * 2000}), offset, len(calls), 1000)  # a new rev each
+
+    with pytest.raises(ExecutionError, match="changed 1000 times"):
+        asyncio.run(read_pages(fetch))
+    assert len(calls) >= 1000
