@@ -215,17 +215,12 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             )
         ),
     ),
-    # version 5: fewer pages written per commit. `events` without AUTOINCREMENT: its ids stay
-    # as they were and new ones are still the largest so far plus one (no event is ever
-    # deleted, and writers are serialized), but an insert no longer reads and rewrites the
-    # `sqlite_sequence` row. The table is copied (SQLite's way to change a table's
-    # definition); the triggers that insert into it are made again around the copy. And the
-    # idempotency index holds only the runs that have a key (a NULL key never conflicted), so
-    # creating a run without one does not write it.
+    # version 5: `events` without AUTOINCREMENT. Its ids stay as they were and new ones are
+    # still the largest so far plus one (no event is ever deleted, and writers are serialized),
+    # but an insert no longer reads and rewrites the `sqlite_sequence` row: one page less in
+    # each commit's WAL frames. The table is copied (SQLite's way to change a table's
+    # definition); the triggers that insert into it are made again around the copy.
     (
-        "DROP INDEX runs_idempotency",
-        "CREATE UNIQUE INDEX runs_idempotency ON runs (tenant_key, task, idempotency_key) "
-        "WHERE idempotency_key IS NOT NULL",
         "DROP TRIGGER runs_created",
         "DROP TRIGGER runs_committed",
         "DROP TRIGGER approvals_decided",

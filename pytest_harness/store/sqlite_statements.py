@@ -36,9 +36,6 @@ def _create_statement(tenant: bool, key: bool, lease: bool, journal: bool) -> st
     tries to adapt anything else, `None` included (two failed attribute lookups, each an
     exception), so a NULL is better written by leaving its column out. Parameters are bound in
     the order `SQLiteRuns.create_run` builds them.
-
-    Only a run with an idempotency key can conflict (`runs_idempotency` holds only those, and
-    its conflict target names that condition); one without is inserted as it is.
     """
     columns = ["run_id", "session_id", "task", "tenant_key", "principal", "input", "labels"]
     columns += ["status", "state", "created_at", "updated_at", "lease_token", "record"]
@@ -46,15 +43,9 @@ def _create_statement(tenant: bool, key: bool, lease: bool, journal: bool) -> st
     columns += ["idempotency_key"] if key else []
     columns += ["lease_owner", "lease_expires"] if lease else []
     columns += ["pending_journal"] if journal else []
-    conflict = (
-        " ON CONFLICT (tenant_key, task, idempotency_key) WHERE idempotency_key IS NOT NULL "
-        "DO NOTHING"
-        if key
-        else ""
-    )
     return (
-        f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
-        + conflict
+        f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+        "ON CONFLICT (tenant_key, task, idempotency_key) DO NOTHING"
     )
 
 
