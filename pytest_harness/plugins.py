@@ -16,7 +16,7 @@ from pytest_harness.errors import HarnessError
 if TYPE_CHECKING:
     import pluggy
 
-__all__ = ["Registry", "checkpoint_hooks", "notify_checkpoint", "plugin_manager", "registry"]
+__all__ = ["Registry", "notify_checkpoint", "plugin_manager", "registry"]
 
 T = TypeVar("T")
 BUILTINS = "pytest_harness.builtins"
@@ -68,11 +68,6 @@ def registry(hook: str) -> Registry:
     """The merged results of one collecting hook (`harness_stores`, …)."""
     caller = getattr(plugin_manager().hook, hook)
     return Registry(hook.removeprefix("harness_").replace("_", " ").rstrip("s"), caller())
-
-
-def checkpoint_hooks() -> bool:
-    """Whether any `harness_checkpoint` hook is registered now (none: nothing to tell)."""
-    return bool(plugin_manager().hook.harness_checkpoint.get_hookimpls())
 
 
 def notify_checkpoint(*, session_id: str, run_id: str, status: str, phase: str) -> None:

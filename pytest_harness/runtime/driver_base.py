@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_harness.errors import StoreError
 from pytest_harness.models.base import Message
-from pytest_harness.plugins import checkpoint_hooks, notify_checkpoint
+from pytest_harness.plugins import notify_checkpoint
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.clock import monotonic, now
 from pytest_harness.runtime.events import EventHub
@@ -26,7 +26,7 @@ from pytest_harness.runtime.plan import TaskPlan
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.state import RunState, StateText, result_from_state
-from pytest_harness.runtime.trace import Decision
+from pytest_harness.runtime.trace import Decision, decision_dict
 from pytest_harness.store.base import EventDraft, NewApproval, RunRecord, Store
 
 __all__ = ["AttemptLost", "DriveContext", "DriveStopped", "DriverBase", "ToolHandoff"]
@@ -300,7 +300,7 @@ class DriverBase:
 
     def notify(self, status: RunStatus, phase: Boundary) -> None:
         """Tell the `harness_checkpoint` hooks that the run committed `phase` with `status`."""
-        if not self.ctx.hooks or not checkpoint_hooks():
+        if not self.ctx.hooks:
             return
         notify_checkpoint(
             session_id=self.record.session_id,
@@ -337,7 +337,7 @@ class DriverBase:
 
     def _decision(self, step: int, kind: str, key: str, detail: Mapping[str, Any]) -> None:
         """Append `Decision(step, kind, key, detail).to_dict()`, without the `Decision`."""
-        self.state.trace.append({"step": step, "kind": kind, "key": key, "detail": dict(detail)})
+        self.state.trace.append(decision_dict(step, kind, key, detail))
 
     def _guard_context(
         self, on: str, tool: str | None = None, args: Mapping[str, Any] | None = None

@@ -12,6 +12,7 @@ invoked again (`retry`). `result_from_state` turns the state into the `RunResult
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,17 +161,15 @@ class RunState:
         }
 
 
-_INITIAL: list[str] = []
-"""The text of a new run's state (the same for every run), once made."""
+@functools.cache
+def _initial_text() -> str:
+    """The text of a new run's state (the same for every run)."""
+    return json_text(RunState().to_dict())
 
 
 def initial_state() -> PreparedJSON:
     """`RunState().to_dict()` for a new run, with its text (encoded once per process)."""
-    state = RunState().to_dict()
-    if not _INITIAL:
-        _INITIAL.append(json_text(state))
-    text = _INITIAL[0]
-    return PreparedJSON(state, lambda: text)
+    return PreparedJSON(RunState().to_dict(), _initial_text)
 
 
 class _ListText:

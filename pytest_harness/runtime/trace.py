@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, overload
 
-__all__ = ["Decision", "DecisionKind", "ToolCall", "Trace"]
+__all__ = ["Decision", "DecisionKind", "ToolCall", "Trace", "decision_dict"]
 
 
 class DecisionKind(str, Enum):
@@ -24,6 +24,11 @@ class DecisionKind(str, Enum):
     TOOL = "tool"
     LIMIT = "limit"
     OUTPUT = "output"
+
+
+def decision_dict(step: int, kind: str, key: str, detail: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON form of a decision (`Decision.to_dict`), for a writer that builds no `Decision`."""
+    return {"step": step, "kind": kind, "key": key, "detail": dict(detail)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +77,7 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of the decision."""
-        return {"step": self.step, "kind": self.kind, "key": self.key, "detail": dict(self.detail)}
+        return decision_dict(self.step, self.kind, self.key, self.detail)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:
