@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
 import pytest
-import pytest_asyncio
 
 from pytest_harness.errors import ResolutionError, RunBusy, StoreError, UnknownRun
 from pytest_harness.store import (
@@ -40,16 +38,6 @@ def make_store(kind: str, folder: Path, request: pytest.FixtureRequest) -> Store
         return PostgresStore(dsn, schema=request.getfixturevalue("pg_schema"), pool_max=4)
     synchronous: Literal["full", "normal"] = "full" if kind == "sqlite-full" else "normal"
     return SQLiteStore(folder / "state.db", synchronous=synchronous)
-
-
-@pytest_asyncio.fixture(params=STORES)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made = make_store(request.param, tmp_path, request)
-    await made.open()
-    try:
-        yield made
-    finally:
-        await made.close()
 
 
 def new_run(**fields: Any) -> NewRun:

@@ -5,28 +5,15 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from pytest_harness.errors import StoreError, UnknownRun
 from pytest_harness.store import JournalDraft, Store, StoredArtifact
 
-from .test_contract import STORES, make_store, new_approval, new_run
+from .test_contract import new_approval, new_run
 
 pytestmark = pytest.mark.asyncio
-
-
-@pytest_asyncio.fixture(params=STORES)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made = make_store(request.param, tmp_path, request)
-    await made.open()
-    try:
-        yield made
-    finally:
-        await made.close()
 
 
 def entry(kind: str = "event", **fields: object) -> JournalDraft:
