@@ -41,6 +41,7 @@ from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
 from pytest_harness.temporal.grading import PendingGrades, graded
+from pytest_harness.temporal.paging import PAYLOAD_LIMIT, encoded_size, too_large
 from pytest_harness.temporal.reading import read_run, whole
 from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.segment import record_of
@@ -118,7 +119,9 @@ class TemporalHarness(Harness):
         """Start the run's `HarnessRun` workflow (id: the run id) and return a handle at once.
 
         With `idempotency_key`, the run id is derived from it, so a second submit with the same
-        key returns the first run.
+        key returns the first run. A start that cannot cross in one Temporal payload (its input
+        and the session's earlier conversation over `paging.PAYLOAD_LIMIT`) raises
+        `PayloadTooLarge` and starts nothing.
         """
         plan = self._plan(task)
         if not isinstance(input, str):
@@ -153,10 +156,21 @@ class TemporalHarness(Harness):
                 "history": history,
                 "grade": graded(self.evals, task, run_id),
             }
+            start = {"snapshot": snapshot, "conf": conf}
+            size = encoded_size(start)
+            if size > PAYLOAD_LIMIT:
+                # the server would refuse it with a bare RPC error; nothing is started, so
+                # the session's slot stays free
+                raise too_large(
+                    f"the start of a run of task {task} in session {session} (its input, "
+                    f"{encoded_size(input)} bytes, and the session's earlier conversation, "
+                    f"{encoded_size(history)} bytes)",
+                    size,
+                )
             try:
                 await self._client.start_workflow(
                     "HarnessRun",
-                    {"snapshot": snapshot, "conf": conf},
+                    start,
                     id=run_id,
                     task_queue=execution.task_queue,
                     memo={"spec": self.spec.document.name, "task": task, "session": session},

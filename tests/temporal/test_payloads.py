@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 import pytest_harness as ph
+from pytest_harness.errors import PayloadTooLarge
 from pytest_harness.recording.model import Recording
+from pytest_harness.temporal.sessions import slot_id
 from tests.temporal.helpers import WorkerProcess, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
@@ -217,3 +219,22 @@ async def test_an_ended_run_is_read_without_a_worker_unless_it_is_larger_than_a_
             await harness.result(large_run.run_id)
     assert (listed.run_id, listed.status) == (large_run.run_id, ph.RunStatus.COMPLETED)
     assert f"run {large_run.run_id} has ended" in str(caught.value)
+
+
+@pytest.mark.timeout(240)
+async def test_a_start_over_the_payload_limit_is_refused_with_a_typed_error_and_takes_no_slot(
+    tmp_path: Path, temporal_server: str
+) -> None:
+    spec = big_spec(tmp_path, temporal_server, 10, calls=1)
+    async with ph.load(spec) as harness:
+        with pytest.raises(PayloadTooLarge) as caught:
+            await harness.submit("t", "y" * 2_200_000, principal="ann", session_id="s1")
+        small = await harness.submit("t", "go", principal="ann", session_id="s1")
+    error = caught.value
+    assert error.what.startswith("the start of a run of task t in session s1"), error.what
+    assert "its input, 2200002 bytes" in str(error)
+    assert error.size > 2_200_000 and error.limit == 2 * 1024 * 1024 - 16 * 1024
+    # the refused start took no slot: the next run of the session is its first
+    queue = re.search(r"task_queue: (q-\w+)", spec.read_text())
+    assert queue is not None
+    assert small.run_id == slot_id(queue[1], "s1", 1)
