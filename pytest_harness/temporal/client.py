@@ -20,7 +20,12 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -43,7 +48,7 @@ from pytest_harness.store.base import Event, parse_cursor
 from pytest_harness.temporal.grading import PendingGrades, graded
 from pytest_harness.temporal.paging import PAYLOAD_LIMIT, encoded_size, too_large
 from pytest_harness.temporal.reading import read_run, whole
-from pytest_harness.temporal.records import result_of
+from pytest_harness.temporal.records import ENDED_OUTSIDE, failed_outside, result_of, summary_of
 from pytest_harness.temporal.segment import record_of
 from pytest_harness.temporal.sessions import place
 from pytest_harness.temporal.starting import first_snapshot, started_payload
@@ -173,7 +178,14 @@ class TemporalHarness(Harness):
                     start,
                     id=run_id,
                     task_queue=execution.task_queue,
-                    memo={"spec": self.spec.document.name, "task": task, "session": session},
+                    # what `runs()` lists of a run whose workflow ends outside the harness
+                    memo={
+                        "spec": self.spec.document.name,
+                        "task": task,
+                        "session": session,
+                        "tenant": tenant_,
+                        "principal": who.id,
+                    },
                     # a run id is never reused, even once its run ended (idempotency keys and
                     # session slots rely on it)
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -302,27 +314,28 @@ class TemporalHarness(Harness):
                 continue
             if task is not None and memo.get("task") != task:
                 continue
-            snap = await self._snapshot(wf.id, head_only=True)
-            if (wanted is not None and snap["status"] != wanted) or (
-                tenant is not None and snap.get("tenant") != tenant
+            summary = await self._summary(wf, memo)
+            if (wanted is not None and summary.status.value != wanted) or (
+                tenant is not None and summary.tenant != tenant
             ):
                 continue
-            found.append(
-                RunSummary(
-                    run_id=snap["run_id"],
-                    session_id=snap["session_id"],
-                    task=snap["task"],
-                    status=RunStatus(snap["status"]),
-                    tenant=snap.get("tenant"),
-                    principal=str(snap["principal"].get("id")),
-                    created_at=float(snap["created_at"]),
-                    updated_at=float(snap["updated_at"]),
-                )
-            )
+            found.append(summary)
             if len(found) >= limit:
                 break
         found.sort(key=lambda s: s.created_at, reverse=True)
         return found
+
+    async def _summary(self, wf: WorkflowExecution, memo: Mapping[str, Any]) -> RunSummary:
+        """A listed run's line: from its head, or `failed` when its workflow ended outside."""
+        if wf.status not in ENDED_OUTSIDE:
+            try:
+                return summary_of(await self._snapshot(wf.id, head_only=True))
+            except ExecutionError:
+                # the list is eventually consistent: the workflow may have ended since
+                wf = await (await self._handle(wf.id)).describe()
+                if wf.status not in ENDED_OUTSIDE:
+                    raise
+        return failed_outside(wf, memo)
 
     def stream(self, run_id: str, *, after: str = "0") -> AsyncIterator[Event]:
         """The run's events after the cursor `after`, then new ones until it ends or waits.

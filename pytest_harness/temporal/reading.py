@@ -17,6 +17,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowHistoryEventFilterType,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
@@ -27,7 +28,7 @@ from pytest_harness.errors import ExecutionError, UnknownRun
 from pytest_harness.temporal.checks import RESTING
 from pytest_harness.temporal.paging import read_pages
 
-__all__ = ["head", "read_run", "until_rested", "whole"]
+__all__ = ["ended_outside", "head", "read_run", "until_rested", "whole"]
 
 
 def whole(answer: Mapping[str, Any]) -> bool:
@@ -77,11 +78,47 @@ async def _ended(handle: WorkflowHandle[Any, Any], run_id: str) -> Any:
                 "worker until its runs end"
             ) from None
     if desc.status is not WorkflowExecutionStatus.RUNNING:
-        raise ExecutionError(
-            f"run {run_id}: its workflow is {desc.status.name if desc.status else '?'}; "
-            "it was ended outside pytest-harness (temporal workflow terminate?)"
-        )
+        raise ExecutionError(await ended_outside(handle, run_id, desc.status))
     return None
+
+
+_HISTORY_LIMIT = "history size exceeds limit"
+"""How the server words the reason it terminates a workflow whose history outgrew its limit."""
+
+
+async def ended_outside(
+    handle: WorkflowHandle[Any, Any], run_id: str, status: WorkflowExecutionStatus | None
+) -> str:
+    """Why a run's workflow ended without pytest-harness ending it, for an `ExecutionError`.
+
+    A terminated workflow's reason comes from its close event: the server's own (a history
+    over its size limit) is explained, any other (`temporal workflow terminate --reason`) is
+    quoted.
+    """
+    name = status.name if status else "?"
+    reason = ""
+    if status is WorkflowExecutionStatus.TERMINATED:
+        try:
+            async for event in handle.fetch_history_events(
+                event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+            ):
+                if event.HasField("workflow_execution_terminated_event_attributes"):
+                    reason = event.workflow_execution_terminated_event_attributes.reason
+        except RPCError:
+            pass  # the reason is a nicety: the status alone still says what happened
+    if _HISTORY_LIMIT in reason.lower():
+        return (
+            f"run {run_id}: the Temporal server terminated its workflow ({reason!r}): the "
+            "history (every tool result, model answer and request the run carried) outgrew "
+            "the server's limit (limit.historySize.error, 50 MB by default); the run cannot "
+            "go on: return less from tools (store big data as an artifact and return a "
+            "reference to it)"
+        )
+    said = f" (reason: {reason!r})" if reason else ""
+    return (
+        f"run {run_id}: its workflow is {name}{said}; it was ended outside pytest-harness "
+        "(temporal workflow terminate?)"
+    )
 
 
 async def read_run(
@@ -146,7 +183,14 @@ async def until_rested(handle: WorkflowHandle[Any, Any]) -> None:
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.type == RESTING:
                 return
-            raise
+            # The workflow ended while the update waited (a terminate, the server's history
+            # limit): the caller's `describe` says how. Anything else is the run's error.
+            desc = await handle.describe()
+            if desc.status is not WorkflowExecutionStatus.RUNNING:
+                return
+            raise ExecutionError(
+                f"run {handle.id}: waiting for it failed: {cause or exc}"
+            ) from None
         except RPCError as exc:
             # The workflow ended as the update arrived (its wording varies by server and
             # by race): the caller's `describe` says which end, or that there is none.

@@ -1,6 +1,7 @@
 """A Temporal run read from its workflow's snapshot: its result, its journal, a store view.
 
-`result_of` is the run's `RunResult`; `journal_entries` its journal as a store returns it.
+`result_of` is the run's `RunResult`; `journal_entries` its journal as a store returns it;
+`summary_of` its line of `runs()` (`failed_outside` for a workflow ended outside the harness).
 `RunView` is one Temporal run seen as a read-only `Store`, for the flight recorder's export.
 
 A run on Temporal keeps its record and journal in its workflow, and the artifacts its tools
@@ -16,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NoReturn
 
+from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
+
 from pytest_harness.errors import StoreError, UnknownRun
 from pytest_harness.runtime.approval_checks import _moot
-from pytest_harness.runtime.results import RunResult
+from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.runtime.state import result_from_state
 from pytest_harness.store.base import (
     JOURNAL_FORMAT,
@@ -39,7 +42,14 @@ from pytest_harness.store.base import (
 )
 from pytest_harness.temporal.segment import approval_rows, record_of
 
-__all__ = ["RunView", "journal_entries", "result_of"]
+__all__ = [
+    "ENDED_OUTSIDE",
+    "RunView",
+    "failed_outside",
+    "journal_entries",
+    "result_of",
+    "summary_of",
+]
 
 
 def journal_entries(snapshot: Mapping[str, Any]) -> list[JournalEntry]:
@@ -270,4 +280,47 @@ def result_of(snap: Mapping[str, Any]) -> RunResult:
         state=snap["state"],
         labels=snap.get("labels") or {},
         answered=answered,
+    )
+
+
+ENDED_OUTSIDE = frozenset(
+    {
+        WorkflowExecutionStatus.FAILED,
+        WorkflowExecutionStatus.TERMINATED,
+        WorkflowExecutionStatus.TIMED_OUT,
+        WorkflowExecutionStatus.CANCELED,
+    }
+)
+"""Workflow ends the harness never chooses: the run's state went with them (`result` says why)."""
+
+
+def summary_of(snap: Mapping[str, Any]) -> RunSummary:
+    """A run's line of `runs()`, from its head."""
+    return RunSummary(
+        run_id=snap["run_id"],
+        session_id=snap["session_id"],
+        task=snap["task"],
+        status=RunStatus(snap["status"]),
+        tenant=snap.get("tenant"),
+        principal=str(snap["principal"].get("id")),
+        created_at=float(snap["created_at"]),
+        updated_at=float(snap["updated_at"]),
+    )
+
+
+def failed_outside(wf: WorkflowExecution, memo: Mapping[str, Any]) -> RunSummary:
+    """A run whose workflow ended outside the harness, listed as `failed` from its memo.
+
+    Runs started by an earlier version have no tenant or principal in their memo: None and ''.
+    """
+    started = wf.start_time.timestamp()
+    return RunSummary(
+        run_id=wf.id,
+        session_id=str(memo.get("session", "")),
+        task=str(memo.get("task", "")),
+        status=RunStatus.FAILED,
+        tenant=memo.get("tenant"),
+        principal=str(memo.get("principal", "")),
+        created_at=started,
+        updated_at=wf.close_time.timestamp() if wf.close_time else started,
     )

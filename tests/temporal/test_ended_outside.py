@@ -1,0 +1,86 @@
+"""Runs whose workflow ends without the harness: terminated by hand, or by the server's limit.
+
+The server terminates a workflow whose history outgrows `limit.historySize.error` (50 MB by
+default; 4 MB on this module's own dev server). Such a run is read as a typed
+`ExecutionError` that says why, and `runs()` lists it as `failed` instead of failing whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+import pytest_harness as ph
+from tests.temporal.conftest import dev_server
+from tests.temporal.helpers import WorkerProcess
+from tests.temporal.test_payloads import big_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
+
+
+@pytest.fixture(scope="module")
+def small_history_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A dev server that terminates a workflow once its history is over 4 MB."""
+    with dev_server(
+        tmp_path_factory.mktemp("temporal-small-history"),
+        "--dynamic-config-value",
+        "limit.historySize.error=4000000",
+        "--dynamic-config-value",
+        "limit.historySize.warn=2000000",
+    ) as address:
+        yield address
+
+
+@pytest.mark.timeout(240)
+async def test_a_run_whose_history_outgrows_the_server_limit_fails_typed_and_is_listed(
+    tmp_path: Path, small_history_server: str
+) -> None:
+    spec = big_spec(tmp_path, small_history_server, 700_000, calls=8)  # 5.6 MB of results
+    with WorkerProcess(spec):
+        async with ph.load(spec) as harness:
+            handle = await harness.submit("t", "go", principal="ann", tenant="acme")
+            with pytest.raises(ph.ExecutionError) as waited:
+                await handle.result()
+            with pytest.raises(ph.ExecutionError) as read:
+                await harness.result(handle.run_id)
+            listed = await harness.runs()
+            failed = await harness.runs(status="failed", tenant="acme")
+            none = await harness.runs(status="completed")
+    for error in (waited.value, read.value):
+        message = str(error)
+        assert f"run {handle.run_id}: the Temporal server terminated its workflow" in message
+        assert "history size exceeds limit" in message.lower()
+        assert "limit.historySize.error" in message
+    assert [(s.run_id, s.status) for s in listed] == [(handle.run_id, ph.RunStatus.FAILED)]
+    (summary,) = failed
+    assert (summary.task, summary.session_id, summary.principal, summary.tenant) == (
+        "t",
+        handle.session_id,
+        "ann",
+        "acme",
+    )
+    assert summary.updated_at >= summary.created_at > 0
+    assert none == []
+
+
+@pytest.mark.timeout(240)
+async def test_a_run_terminated_by_hand_names_the_reason_and_the_rest_are_still_listed(
+    tmp_path: Path, small_history_server: str
+) -> None:
+    spec = big_spec(tmp_path, small_history_server, 7, calls=1)  # n == 7 needs finance
+    with WorkerProcess(spec):
+        async with ph.load(spec) as harness:
+            waiting = await harness.run("t", "go", principal="ann")
+            other = await harness.run("t", "again", principal="bob")
+            assert waiting.status is other.status is ph.RunStatus.AWAITING_APPROVAL
+            client = await Client.connect(small_history_server)
+            await client.get_workflow_handle(waiting.run_id).terminate(reason="ops: stuck")
+            with pytest.raises(ph.ExecutionError, match=r"TERMINATED \(reason: 'ops: stuck'\)"):
+                await harness.result(waiting.run_id)
+            still_waiting = await harness.runs(status="awaiting_approval")
+            failed = await harness.runs(status="failed")
+    assert [s.run_id for s in still_waiting] == [other.run_id]
+    assert [(s.run_id, s.principal, s.tenant) for s in failed] == [(waiting.run_id, "ann", None)]
