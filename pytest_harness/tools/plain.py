@@ -47,7 +47,7 @@ _EXACT: dict[str, type[Any]] = {"str": str, "int": int, "float": float, "bool": 
 _SCALARS = (str, int, float, bool, type(None))
 _EXACT_FLOAT = 2**53
 """The largest `int` a `float` parameter takes here as `float(value)` (pydantic agrees)."""
-_DERIVERS = ("tools/registry.py", "tools/plain.py", "models/base.py")
+_DERIVERS = ("tools/registry.py", "tools/schema.py", "tools/plain.py", "models/base.py")
 """The modules (under the package) whose code decides a tool's schema."""
 _LIBRARIES = ("pydantic", "pydantic_core", "docstring_parser", "typing_extensions")
 FORMAT = 1

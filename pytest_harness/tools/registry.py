@@ -3,25 +3,24 @@
 `ToolSet.from_spec` imports every tool a spec declares. `Tool.invoke` validates the model's
 arguments against the derived schema and calls the function with them as keyword arguments; a
 problem of the tool's own (bad arguments, an exception, a timeout) comes back as a `ToolOutcome`
-for the model to read, never as an exception into the run loop (`tools/outcome.py`).
+for the model to read, never as an exception into the run loop (`tools/outcome.py`). The schema
+is derived in `tools/schema.py`; bad arguments are worded in `tools/problems.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pytest_harness.eager import start
 from pytest_harness.errors import did_you_mean
 from pytest_harness.importing import import_callable
 from pytest_harness.models.base import ToolSchema
 from pytest_harness.tools.context import ToolContext, tool_context
-from pytest_harness.tools.outcome import OutcomeKind, ToolOutcome, _short
+from pytest_harness.tools.outcome import OutcomeKind, ToolOutcome
 from pytest_harness.tools.plain import (
     SchemaCache,
     check_plain,
@@ -29,10 +28,21 @@ from pytest_harness.tools.plain import (
     plain_params,
     schema_key,
 )
+from pytest_harness.tools.problems import InvalidToolArguments, problems_of
+from pytest_harness.tools.schema import (
+    ToolSignatureError,
+    _adapter,
+    _derive,
+    _describe,
+    _is_async,
+    _read_docstring,
+    _reference,
+    _signature,
+    _unwrap,
+)
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter, ValidationError
-    from pydantic_core import ErrorDetails
 
     from pytest_harness.spec.schema import ToolSpec
     from pytest_harness.spec.spec import Spec
@@ -45,34 +55,6 @@ __all__ = [
     "ToolSet",
     "ToolSignatureError",
 ]
-
-_ARGUMENTS_CONFIG: dict[str, Any] = {"extra": "forbid", "coerce_numbers_to_str": True}
-"""Lax validation for LLM JSON (`"250"` → 250, `1001` → `"1001"`); unknown arguments are errors.
-
-pydantic (and docstring_parser) are imported when a tool first needs them: a plain tool
-(`tools/plain.py`) whose schema is cached and whose arguments have their exact types needs
-neither."""
-
-
-class InvalidToolArguments(ValueError):
-    """The model's arguments do not fit the tool's schema; `.problems` lists each, readably."""
-
-    def __init__(self, tool: str, problems: Sequence[str]) -> None:
-        self.tool = tool
-        self.problems = tuple(problems)
-        super().__init__(f"invalid arguments for tool {tool!r}: {'; '.join(self.problems)}")
-
-
-class ToolSignatureError(TypeError):
-    """A callable cannot be a tool (`*args`, positional-only parameters, a type with no schema).
-
-    `.reason` is the message without the tool's name, for a `SpecError` that names it already.
-    """
-
-    def __init__(self, tool: str, reason: str) -> None:
-        self.tool = tool
-        self.reason = reason
-        super().__init__(f"tool {tool!r}: {reason}")
 
 
 class _Expired(Exception):
@@ -149,7 +131,7 @@ class Tool:
         try:
             return self._validator().validate_python(args)
         except ValidationError as exc:
-            raise InvalidToolArguments(self.name, self._problems(exc)) from None
+            raise InvalidToolArguments(self.name, problems_of(self._names, exc)) from None
 
     def _validator(self) -> TypeAdapter[dict[str, Any]]:
         """Pydantic's validator of the arguments, built on first use for a cached plain tool."""
@@ -173,7 +155,7 @@ class Tool:
         return None
 
     def _invalid(self, exc: ValidationError) -> ToolOutcome:
-        message = str(InvalidToolArguments(self.name, self._problems(exc)))
+        message = str(InvalidToolArguments(self.name, problems_of(self._names, exc)))
         return ToolOutcome.failure(
             "invalid_arguments", message, type="InvalidToolArguments", message=message
         )
@@ -279,29 +261,6 @@ class Tool:
             text = f"tool {self.name!r} was not called: the run's deadline has passed"
         return ToolOutcome.failure(kind, text, type="TimeoutError", message=text)
 
-    def _problems(self, exc: ValidationError) -> list[str]:
-        problems = []
-        for error in exc.errors(include_url=False):
-            loc, kind = error["loc"], error["type"]
-            if kind == "extra_forbidden" and len(loc) == 1:
-                unexpected = str(loc[0])
-                hint = (
-                    did_you_mean(unexpected, self._names)
-                    if self._names
-                    else " (the tool takes no arguments)"
-                )
-                problems.append(f"unexpected argument {unexpected!r}{hint}")
-            elif kind == "missing" and len(loc) == 1:
-                problems.append(f"missing required argument {loc[0]!r}")
-            elif kind == "missing":
-                problems.append(
-                    f"{_format_loc(loc)}: missing required field (got {_short(error['input'])})"
-                )
-            else:
-                got = _short(error["input"])
-                problems.append(f"{_format_loc(loc)}: {_expected(error)}, got {got}")
-        return problems
-
 
 class ToolSet:
     """The tools of a spec, by name, with their schemas cached per task's list of names."""
@@ -362,225 +321,3 @@ class ToolSet:
 
     def __repr__(self) -> str:
         return f"ToolSet({', '.join(self._tools)})"
-
-
-@functools.cache
-def _schema_generator() -> type[Any]:
-    """Pydantic's JSON schema generator minus the titles, which only cost the model tokens."""
-    from pydantic.json_schema import GenerateJsonSchema
-
-    class _SchemaWithoutTitles(GenerateJsonSchema):
-        def field_title_should_be_set(self, schema: Any) -> bool:
-            return False
-
-        def generate(self, schema: Any, mode: Any = "validation") -> Any:
-            value = super().generate(schema, mode)
-            value.pop("title", None)
-            return value
-
-    return _SchemaWithoutTitles
-
-
-def _signature(name: str, fn: Callable[..., Any]) -> inspect.Signature:
-    """`fn`'s signature, or `ToolSignatureError` when it is unreadable or not by keyword."""
-    where = _reference(fn)
-    try:
-        signature = inspect.signature(fn, eval_str=True)
-    except Exception as exc:
-        raise ToolSignatureError(
-            name, f"cannot read the signature of {where}: {_describe(exc)}"
-        ) from exc
-    for param in signature.parameters.values():
-        if param.kind is param.VAR_POSITIONAL or param.kind is param.VAR_KEYWORD:
-            stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
-            raise ToolSignatureError(
-                name,
-                f"{where} takes {stars}{param.name}; tools receive their arguments as keyword "
-                "arguments, one named parameter each, so declare every argument by name",
-            )
-        if param.kind is param.POSITIONAL_ONLY:
-            raise ToolSignatureError(
-                name,
-                f"parameter {param.name!r} of {where} is positional-only; tools receive their "
-                "arguments as keyword arguments, so drop the '/' from the signature",
-            )
-    return signature
-
-
-def _adapter(
-    name: str, fn: Callable[..., Any], signature: inspect.Signature
-) -> TypeAdapter[dict[str, Any]]:
-    """Pydantic's validator of `fn`'s arguments (a `TypedDict` of its parameters)."""
-    import typing_extensions
-    from pydantic import TypeAdapter, with_config
-
-    fields: dict[str, Any] = {}
-    for param in signature.parameters.values():
-        annotation = Any if param.annotation is param.empty else param.annotation
-        if param.default is param.empty:
-            fields[param.name] = typing_extensions.Required[annotation]
-        else:
-            fields[param.name] = typing_extensions.NotRequired[annotation]
-    # The functional `TypedDict(name, fields)` form, which type checkers reject for computed
-    # fields.
-    make_typed_dict: Any = typing_extensions.TypedDict
-    arguments = with_config(cast(Any, _ARGUMENTS_CONFIG))(make_typed_dict("ToolArguments", fields))
-    arguments.__module__ = getattr(fn, "__module__", None) or __name__
-    return TypeAdapter(arguments)
-
-
-def _derive(
-    name: str, fn: Callable[..., Any], signature: inspect.Signature, described: Mapping[str, str]
-) -> tuple[TypeAdapter[dict[str, Any]], dict[str, Any]]:
-    """Build the validator and the JSON schema of `fn`'s arguments."""
-    from pydantic_core import to_jsonable_python
-
-    where = _reference(fn)
-    annotations: dict[str, Any] = {}
-    defaults: dict[str, Any] = {}
-    for param in signature.parameters.values():
-        annotations[param.name] = Any if param.annotation is param.empty else param.annotation
-        if param.default is not param.empty:
-            defaults[param.name] = param.default
-    try:
-        adapter = _adapter(name, fn, signature)
-        parameters = adapter.json_schema(schema_generator=_schema_generator())
-    except Exception as exc:
-        raise _unschemable(name, where, annotations, exc) from exc
-    properties = parameters.setdefault("properties", {})
-    for param_name, prop in properties.items():
-        if param_name in described:
-            prop.setdefault("description", described[param_name])
-        if param_name in defaults:
-            # A default that is not JSON-able stays out of the schema; it still applies.
-            with contextlib.suppress(Exception):
-                prop.setdefault("default", to_jsonable_python(defaults[param_name]))
-    return adapter, parameters
-
-
-def _unschemable(
-    name: str, where: str, annotations: Mapping[str, Any], exc: Exception
-) -> ToolSignatureError:
-    """Build the error naming the parameter whose type has no schema, when one is to blame."""
-    from pydantic import TypeAdapter
-
-    for param_name, annotation in annotations.items():
-        try:
-            TypeAdapter(annotation).json_schema()
-        except Exception as inner:
-            return ToolSignatureError(
-                name,
-                f"parameter {param_name!r} of {where} has type {_type_name(annotation)}, which "
-                f"has no JSON schema ({_first_line(inner)}); tools take JSON-able arguments: str, "
-                "int, float, bool, lists, dicts, Literal, Enum, dataclasses, pydantic models",
-            )
-    return ToolSignatureError(name, f"cannot derive a schema for {where}: {_first_line(exc)}")
-
-
-def _read_docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
-    """Return the docstring's description and each parameter's (from Args/Parameters).
-
-    Sections are left out of the description; Google, NumPy, reST and Epydoc styles all work.
-    """
-    doc = inspect.getdoc(_unwrap(fn))
-    if not doc:
-        return "", {}
-    import docstring_parser
-
-    try:
-        parsed = docstring_parser.parse(doc)
-    except docstring_parser.ParseError:
-        return doc, {}
-    parts = (parsed.short_description, parsed.long_description)
-    description = "\n\n".join(part.strip() for part in parts if part and part.strip())
-    params = {p.arg_name: " ".join(p.description.split()) for p in parsed.params if p.description}
-    return description, params
-
-
-def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return fn
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    fn = _unwrap(fn)
-    if inspect.iscoroutinefunction(fn):
-        return True
-    # A callable object: is its class's __call__ a coroutine function?
-    return not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
-
-
-def _reference(fn: Callable[..., Any]) -> str:
-    module = getattr(fn, "__module__", None) or "?"
-    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return f"{module}:{qualname}"
-
-
-def _type_name(annotation: Any) -> str:
-    return getattr(annotation, "__qualname__", None) or repr(annotation)
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def _describe(exc: BaseException) -> str:
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
-def _format_loc(loc: tuple[int | str, ...]) -> str:
-    if not loc:
-        return "arguments"
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-_EXPECTED = {
-    "int_type": "an integer",
-    "int_parsing": "an integer",
-    "int_from_float": "a whole number",
-    "float_type": "a number",
-    "float_parsing": "a number",
-    "bool_type": "true or false",
-    "bool_parsing": "true or false",
-    "string_type": "a string",
-    "list_type": "a list",
-    "tuple_type": "a list",
-    "set_type": "a list of distinct values",
-    "dict_type": "an object",
-    "model_type": "an object",
-    "model_attributes_type": "an object",
-    "dataclass_type": "an object",
-    "none_required": "null",
-}
-_BOUNDS = {
-    "greater_than": ("a number greater than", "gt"),
-    "greater_than_equal": ("a number of at least", "ge"),
-    "less_than": ("a number less than", "lt"),
-    "less_than_equal": ("a number of at most", "le"),
-    "string_too_short": ("a string of at least {} characters", "min_length"),
-    "string_too_long": ("a string of at most {} characters", "max_length"),
-    "too_short": ("at least {} items", "min_length"),
-    "too_long": ("at most {} items", "max_length"),
-}
-
-
-def _expected(error: ErrorDetails) -> str:
-    """`expected an integer` for pydantic's `Input should be a valid integer, unable to …`."""
-    kind, ctx = error["type"], error.get("ctx") or {}
-    if kind in _EXPECTED:
-        return f"expected {_EXPECTED[kind]}"
-    if kind in ("literal_error", "enum") and "expected" in ctx:
-        return f"expected {ctx['expected']}"
-    if kind in _BOUNDS and _BOUNDS[kind][1] in ctx:
-        text, key = _BOUNDS[kind]
-        value = ctx[key]
-        return f"expected {text.format(value)}" if "{}" in text else f"expected {text} {value}"
-    message = error["msg"]
-    if message.startswith("Input should be "):
-        return "expected " + message.removeprefix("Input should be ")
-    return message[:1].lower() + message[1:]
