@@ -8,27 +8,25 @@ specs (`hosted`) by the run's spec digest. Every model attempt is a `harness_mod
 (tried once: the engine owns model retries and fallbacks; an attempt lost with its worker comes
 back as a lost attempt the engine asks again). Every tool call is a `harness_tool` activity,
 its id being the call's execution key, heartbeating, with the tool's replay policy as its retry
-policy. Approvals, resolutions, pauses and cancels are updates; a refused approval is rejected
-by the update's validator and never reaches history.
+policy (both started in `dispatch`). Approvals, resolutions, pauses and cancels are updates; a
+refused approval is rejected by the update's validator and never reaches history.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import pytest_harness.temporal.checks as checks
     import pytest_harness.temporal.conversation as conversation
+    import pytest_harness.temporal.dispatch as dispatch
     import pytest_harness.temporal.hosted as hosted
     import pytest_harness.temporal.paging as paging
     import pytest_harness.temporal.segment as segment
@@ -36,21 +34,15 @@ with workflow.unsafe.imports_passed_through():
     from pytest_harness.plugins import notify_checkpoint
     from pytest_harness.runtime import clock
     from pytest_harness.runtime.boundaries import Boundary
-    from pytest_harness.runtime.driver_base import AttemptLost
     from pytest_harness.runtime.plan import ModelLink
     from pytest_harness.runtime.results import RunStatus
     from pytest_harness.store.base import JOURNAL_FORMAT
-    from pytest_harness.temporal.answers import named_error, request_payload
     from pytest_harness.temporal.checks import RESTING
-    from pytest_harness.temporal.conversation import UNKNOWN
 
 __all__ = ["HarnessRun"]
 
 _WAITING = ("awaiting_approval", "awaiting_resolution", "paused")
 _ENDED = ("completed", "failed", "refused", "limited", "cancelled")
-_ONCE = RetryPolicy(maximum_attempts=1)
-_SAFE_ATTEMPTS = 5
-"""How often a `safe` or `idempotent` call is tried before the run fails."""
 
 
 class _WorkflowClock:
@@ -78,22 +70,6 @@ def _tell(notify: Callable[[], None]) -> None:
         return
     with workflow.unsafe.sandbox_unrestricted():
         hosted.tell_later(notify)
-
-
-def _retrieved(task: asyncio.Future[Any]) -> None:
-    """Take a cancelled attempt's outcome, which nobody awaits any more."""
-    if not task.cancelled():
-        task.exception()
-
-
-def _sizes_checked() -> bool:
-    """Whether this run checks what it sends against the payload limit before sending it.
-
-    True for a run started by this version (a marker in its history says so); False for a run
-    in flight from an earlier version, whose history scheduled what it sent unchecked: checking
-    now could replay it as another command (a nondeterminism error).
-    """
-    return workflow.patched("payload-size-checks")
 
 
 @workflow.defn(name="HarnessRun")
@@ -151,39 +127,9 @@ class HarnessRun:
                 self.settled += 1
         self.settled += 1
         if self.conf.get("grade"):
-            await self._grade()
+            await dispatch.grade(self._bare(), conf=self.conf, wire_conf=self.wire_conf)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result()
-
-    async def _grade(self) -> None:
-        """Grade the ended run once (online evals, DESIGN §15): its samples go to `state:`.
-
-        The run has ended already (readers and updates see it so); a grader or a store that
-        fails is logged by the worker and never changes the run.
-        """
-        given = {"snapshot": self._bare(), "conf": self.wire_conf}
-        size = paging.encoded_size(given)
-        if size > paging.PAYLOAD_LIMIT and _sizes_checked():
-            workflow.logger.warning(
-                "online evals: run %s was not graded: %s",
-                self.snap["run_id"],
-                paging.too_large("its state", size),
-            )
-            return
-        try:
-            await workflow.execute_activity(
-                "harness_grade",
-                given,
-                start_to_close_timeout=timedelta(hours=1),
-                heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=3,
-                    initial_interval=timedelta(milliseconds=200),
-                    non_retryable_error_types=list(checks.FATAL),
-                ),
-            )
-        except ActivityError:
-            workflow.logger.warning("online evals: run %s was not graded", self.snap["run_id"])
 
     async def _step(self, op: dict[str, Any]) -> None:
         """Drive from the snapshot as `op` says, running each handed-off tool call."""
@@ -215,116 +161,20 @@ class HarnessRun:
     async def _ask(
         self, link: ModelLink, request: ModelRequest, first: Mapping[str, float] | None
     ) -> dict[str, Any]:
-        """Run one model attempt as the `harness_model` activity; its answer.
-
-        Tried once (the engine retries and falls back itself); an attempt lost with its worker
-        (heartbeat or start-to-close timeout, a worker that shut down) raises `AttemptLost`; a
-        failure of the activity itself (another spec digest) ends the run `failed` with its type.
-        The model's `timeout` and the run's deadline are the engine's own timers here, which
-        cancel the activity.
-        """
-        timeout = link.spec.timeout
-        close = timeout + 30.0 if timeout is not None else 24 * 3600.0
-        for full in (False, True):
-            wire = self.sent.wire(request.messages, full=full)
-            given = {
-                "request": request_payload(request, wire),
-                "first_event": None if first is None else dict(first),
-                "conf": self.wire_conf,
-            }
-            size = paging.encoded_size(given)
-            if size > paging.PAYLOAD_LIMIT and _sizes_checked():
-                sent = "the whole conversation" if wire["known"] == 0 else "the new messages"
-                what = f"the request to model {link.name} ({sent}, turn {request.turn})"
-                exc = paging.too_large(what, size)
-                raise named_error(type(exc).__name__, str(exc))
-            handle = workflow.start_activity(
-                "harness_model",
-                given,
-                result_type=dict,
-                start_to_close_timeout=timedelta(seconds=close),
-                heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
-                retry_policy=_ONCE,
-            )
-            try:
-                answer: dict[str, Any] = await asyncio.shield(handle)
-            except asyncio.CancelledError:  # the engine's timer (model timeout, deadline) fired
-                handle.cancel()
-                handle.add_done_callback(_retrieved)
-                raise
-            except ActivityError as exc:
-                cause = exc.cause
-                if isinstance(cause, TimeoutError):
-                    what = cause.type.name.lower().replace("_", "-") if cause.type else "a"
-                    raise AttemptLost(
-                        f"the worker running the call was lost ({what} timeout)"
-                    ) from None
-                if isinstance(cause, ApplicationError):
-                    if cause.type == UNKNOWN and not full:
-                        continue  # that worker did not hold the conversation: send it all
-                    # a wrong spec digest, a bug: the run fails
-                    raise named_error(cause.type or "Error", cause.message) from None
-                # cancelled by its worker shutting down: the attempt is lost with it
-                raise AttemptLost(
-                    f"the call's worker stopped without an answer ({cause})"
-                ) from None
-            self.sent.sent(request.messages, wire)
-            return answer
-        raise AssertionError("unreachable: a full conversation is never unknown")
+        """Run one model attempt as the `harness_model` activity (`dispatch.ask_model`)."""
+        return await dispatch.ask_model(
+            link, request, first, sent_so_far=self.sent, conf=self.conf, wire_conf=self.wire_conf
+        )
 
     async def _tool(self, handoff: dict[str, Any]) -> dict[str, Any] | None:
         """Run one tool call as an activity; the next step's operation (None: the run failed)."""
-        call = handoff["call"]
-        manual = handoff["replay"] == "manual"
-        limits = [t for t in (handoff["timeout"], handoff["remaining"]) if t is not None]
-        # the tool's own timeout ends inside the activity as a `timeout` outcome; the margin
-        # lets it, so Temporal's start-to-close only ends an attempt nobody reports on
-        close = min(limits) + 30.0 if limits else 7 * 24 * 3600.0
-        started = workflow.time()
-        given = {
-            "call": call,
-            "run_id": self.snap["run_id"],
-            "task": self.snap["task"],
-            "principal": self.snap["principal"],
-            "record": bool(self.snap.get("record")),
-            "remaining": handoff["remaining"],
-            "conf": self.wire_conf,
-        }
-        size = paging.encoded_size(given)
-        if size > paging.PAYLOAD_LIMIT and _sizes_checked():
-            exc = paging.too_large(f"the call of tool {call['name']} (its arguments)", size)
-            self._fail_with(type(exc).__name__, str(exc))
-            return None
         try:
-            answer = await workflow.execute_activity(
-                "harness_tool",
-                given,
-                result_type=dict,
-                activity_id=call["key"],
-                start_to_close_timeout=timedelta(seconds=close),
-                heartbeat_timeout=timedelta(seconds=self.conf["lease"]),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=1 if manual else _SAFE_ATTEMPTS,
-                    initial_interval=timedelta(milliseconds=200),
-                    non_retryable_error_types=list(checks.FATAL),
-                ),
+            return await dispatch.call_tool(
+                handoff, self.snap, conf=self.conf, wire_conf=self.wire_conf
             )
-        except ActivityError as exc:
-            if manual and not checks.fatal(exc):
-                # the attempt was lost (its worker died): whether the tool ran is unknown
-                return {"op": "drive", "interrupted": True}
-            self._fail(exc)
+        except dispatch.RunFails as failed:
+            self._fail_with(failed.kind, str(failed))
             return None
-        return {
-            "op": "drive",
-            "outcome": {
-                "key": call["key"],
-                "outcome": paging.outcome_of(answer["outcome"]),
-                "previous": handoff["previous"],
-                "seconds": workflow.time() - started,
-                "artifacts": answer.get("artifacts") or [],
-            },
-        }
 
     def _bare(self) -> dict[str, Any]:
         """The snapshot without its events and journal (a step needs neither)."""
@@ -365,12 +215,6 @@ class HarnessRun:
         for entry in answer["journal"]:
             if entry["id"] not in seen:  # a step retried after its answer was lost
                 journal.append({**entry, "seq": len(journal) + 1})
-
-    def _fail(self, exc: ActivityError) -> None:
-        """End the run `failed` with the activity's error (a wrong spec digest, a lost call)."""
-        cause = exc.cause if exc.cause is not None else exc
-        kind = cause.type if isinstance(cause, ApplicationError) and cause.type else "Error"
-        self._fail_with(kind, str(getattr(cause, "message", cause)))
 
     def _fail_with(self, kind: str, message: str) -> None:
         """End the run `failed` with an error of type `kind`."""
