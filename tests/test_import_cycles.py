@@ -116,8 +116,53 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_package_has_no_import_cycle() -> None:
-    assert cycles(import_graph(PACKAGE)) == []
+@pytest.fixture(scope="module")
+def package_graph() -> dict[str, set[str]]:
+    return import_graph(PACKAGE)
+
+
+def test_the_package_has_no_import_cycle(package_graph: dict[str, set[str]]) -> None:
+    assert cycles(package_graph) == []
+
+
+LAYERS = (
+    ("errors", "spec", "eager", "importing"),
+    ("models", "tools", "store"),
+    ("runtime",),
+    ("recording", "replay", "temporal"),
+    ("plugin", "cli", "pytest_plugin"),
+)
+"""The package's layers, lowest first (errors/spec → models/tools/store → runtime →
+recording/replay → plugin/CLI), by the first name under `pytest_harness`."""
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of `pytest_harness.<top>…`, or None for a module outside `LAYERS`."""
+    top = module.split(".")[1] if module.count(".") else ""
+    return next((i for i, names in enumerate(LAYERS) if top in names), None)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "pytest_harness.store.base",
+        "pytest_harness.store.records",
+        "pytest_harness.temporal.dispatch",
+        "pytest_harness.temporal.workflow",
+        "pytest_harness.tools.problems",
+        "pytest_harness.tools.registry",
+        "pytest_harness.tools.schema",
+    ],
+)
+def test_a_split_module_imports_nothing_above_its_layer(
+    package_graph: dict[str, set[str]], module: str
+) -> None:
+    """The modules split along their seams (#13) import, even in a function, only their layer
+    and the ones below it."""
+    own = layer_of(module)
+    assert own is not None
+    above = sorted(m for m in package_graph[module] if (layer_of(m) or 0) > own)
+    assert above == []
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
