@@ -133,7 +133,12 @@ def read_text(path: Path, *, file: str, max_bytes: int = MAX_BYTES) -> str:
                 f"a YAML file was expected, this is {_file_kind(kind)}: {path}", file=file
             )
         with open(path, "rb") as stream:
-            raw = stream.read(max_bytes + 1)
+            # Sized by the file, not the cap: `read(n)` allocates n bytes first (32 MiB for a
+            # golden file of 4 KiB). A file that grew since `fstat` is read on to the cap.
+            size = os.fstat(stream.fileno()).st_size
+            raw = stream.read(min(size, max_bytes) + 1)
+            if len(raw) > size and len(raw) <= max_bytes:
+                raw += stream.read(max_bytes + 1 - len(raw))
             if len(raw) > max_bytes:
                 size = os.fstat(stream.fileno()).st_size
                 raise SpecError(

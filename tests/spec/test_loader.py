@@ -872,6 +872,27 @@ def test_oversized_file_is_rejected() -> None:
         load_spec("harness.yaml")
 
 
+def test_a_file_that_grew_after_its_size_was_taken_is_read_whole_up_to_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The read is sized by `fstat`; what a file holds past that size is read on, to the cap."""
+    import os
+
+    real_fstat = os.fstat
+
+    def small(fd: int) -> os.stat_result:
+        found = real_fstat(fd)
+        return os.stat_result((found.st_mode, *found[1:6], 3, *found[7:]))  # st_size 3
+
+    path = write("name: x\n" + "# padding\n" * 200)
+    monkeypatch.setattr(os, "fstat", small)
+    assert read_yaml(path).data == {"name": "x"}
+    with pytest.raises(SpecError, match=r"the file is \d+ bytes, over the cap of 1000 bytes"):
+        read_yaml(path, max_bytes=1000)
+    monkeypatch.setattr(os, "fstat", real_fstat)
+    assert read_yaml(path, max_bytes=2008).data == {"name": "x"}  # exactly at the cap
+
+
 def test_yaml_syntax_error_names_the_line() -> None:
     err = load_error("version: 1\nname: x\ntasks: [a, b\nmodels: {}\n")
     assert str(err).startswith("harness.yaml:4: invalid YAML: did not find expected ',' or ']'")
