@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording import golden
 from pytest_harness.recording.model import Recording
+from pytest_harness.spec import yamllines
 from pytest_harness.spec.yamlio import NOT_PLAIN, parse_yaml, plain_yaml
 from pytest_harness.spec.yamllines import block_yaml
 from tests.strategies import json_like
@@ -248,6 +249,18 @@ def test_the_line_reader_reads_plain_golden_values(doc: dict[str, Any]) -> None:
 def test_the_line_reader_declines_what_is_outside_its_subset(text: str) -> None:
     assert block_yaml(text, max_bytes=1_048_576) is NOT_PLAIN
     check_agree(text)
+
+
+@pytest.mark.parametrize("code", [*range(0x80), 0xA0, 0x2028, 0xFEFF])
+def test_the_line_reader_declines_a_character_outside_its_subset_wherever_it_is(code: int) -> None:
+    """An ASCII text is searched character by character, any other with the class: both the
+    same (a tab, a CR, a control, DEL in a plain, quoted or literal scalar, or in a key)."""
+    char = chr(code)
+    bad = yamllines._BAD_TEXT.search(char) is not None
+    for text in (f"a: b{char}c\n", f"a: 'b{char}c'\n", f"a: |\n  b{char}c\n", f"a{char}b: 1\n"):
+        if bad:
+            assert block_yaml(text, max_bytes=1_048_576) is NOT_PLAIN, repr(text)
+        check_agree(text)
 
 
 def test_the_line_reader_reads_the_projects_golden_files() -> None:
