@@ -3,8 +3,10 @@
 `HttpProvider` posts one request (and reads a JSON answer, or an SSE stream when the request
 wants text deltas) and turns every failure into a `ModelError` whose message never holds the
 API key; each wire format (`openai`, `anthropic`) subclasses it to map requests and answers.
-httpx is imported by this module only, and this module only when a spec names a live provider.
-What an error body says (message, status, type) is read by `models.error_body`.
+httpx is imported by this module only, and only when a provider sends its first request:
+building one (at load, where its settings are checked) imports neither httpx nor `ssl`, so a
+process that loads a spec with a live model but never calls it does not pay for them. What an
+error body says (message, status, type) is read by `models.error_body`.
 """
 
 from __future__ import annotations
@@ -16,14 +18,9 @@ import math
 import os
 import random
 import re
-import ssl
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
-
-import httpx
 
 from pytest_harness.errors import ModelError
 from pytest_harness.hookspecs import ProviderConfig
@@ -39,6 +36,11 @@ from pytest_harness.models.error_body import (
     status_kind,
 )
 from pytest_harness.models.wire import Malformed, ServerReported, StreamState, iter_sse
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
 
 __all__ = [
     "BACKOFF_BASE",
@@ -207,6 +209,8 @@ class HttpProvider:
         return backoff_delay(attempt)
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
+        import httpx  # on the first request, not when the provider is built (see the docstring)
+
         key = self._api_key()
         failure: ModelError
         try:
@@ -245,6 +249,8 @@ class HttpProvider:
         return key
 
     def _client(self) -> httpx.AsyncClient:
+        import httpx
+
         return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), verify=_tls_context())
 
     async def _post(
@@ -386,6 +392,9 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     try:
         seconds = float(value)
     except ValueError:
+        from datetime import UTC, datetime
+        from email.utils import parsedate_to_datetime
+
         try:
             when = parsedate_to_datetime(value)
         except (TypeError, ValueError):
@@ -411,6 +420,8 @@ def safe_url(url: str) -> str:
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """One TLS context for every client: building one loads the CA bundle (tens of ms)."""
+    import httpx
+
     return httpx.create_ssl_context()
 
 

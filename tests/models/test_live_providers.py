@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -729,6 +730,35 @@ async def test_httpx_is_imported_only_when_a_live_provider_is_built(tmp_path) ->
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_httpx_is_imported_by_a_live_providers_first_request_not_at_load(tmp_path) -> None:
+    """Loading a spec with a live model builds (and checks) its provider without httpx (#13)."""
+    spec = tmp_path / "harness.yaml"
+    spec.write_text(
+        "version: 1\nname: t\nmodels:\n"
+        "  default: {use: openai, model: gpt-test, api_key_env: HARNESS_TEST_NO_SUCH_KEY}\n"
+        "tasks:\n  t: {prompt: p}\n"
+    )
+    code = (
+        "import sys, asyncio, pytest_harness as ph\n"
+        "from pytest_harness.errors import ModelError\n"
+        "from pytest_harness.models.base import ModelRequest\n"
+        f"harness = ph.load({str(spec)!r})\n"
+        "provider = harness.plans.provider('default')\n"
+        "print(type(provider).__name__, 'httpx' in sys.modules)\n"
+        "request = ModelRequest(task='t', model='default', system='p', messages=(), tools=(),\n"
+        "                       run_id='r', turn=0, input='x')\n"
+        "try:\n"
+        "    asyncio.run(provider.complete(request))\n"
+        "except ModelError as exc:\n"
+        "    print(exc.kind, 'httpx' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_TEST_NO_SUCH_KEY"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.split("\n")[:2] == ["OpenAIProvider False", "auth True"]
 
 
 # -- the first event ------------------------------------------------------------------------------
