@@ -73,6 +73,7 @@ _CHECKERS = (
     "cel.py",
     "errors.py",
     "spec/baseline.py",
+    "spec/build.py",
     "spec/cache.py",
     "spec/checks.py",
     "spec/loader.py",

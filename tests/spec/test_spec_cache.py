@@ -160,19 +160,23 @@ def test_a_cached_program_evaluates_as_the_compiled_one() -> None:
     assert first.rule_programs["R1"].evaluate(variables) is True
 
 
-def test_a_fresh_process_with_an_entry_imports_no_pydantic_yaml_or_cel() -> None:
+def test_a_fresh_process_with_an_entry_imports_no_pydantic_yaml_cel_or_checker() -> None:
+    """A hit imports none of what checks a spec: not pydantic, yaml or cel, nor the modules of
+    `spec.build`'s steps (#13)."""
     load_spec("harness.yaml")
+    checkers = ("build", "baseline", "checks", "validation", "where", "yamlio", "yamllines")
     probe = (
         "import sys\n"
         "from pytest_harness.spec.loader import load_spec\n"
         "spec = load_spec('harness.yaml')\n"
         "assert type(spec.rule_programs).__name__ == 'LazyPrograms', 'not from the cache'\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'yaml', 'cel'}))\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[-1] in {checkers!r}))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.split("\n")[:2] == ["[]", "[]"]
 
 
 def test_each_environment_and_record_setting_has_its_own_entry() -> None:
