@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +87,45 @@ def test_the_load_path_imports_no_pluggy_hookspecs_or_redaction() -> None:
     )
     deferred = ("hookspecs", "redaction", "runtime.request_digests", "builtins")
     assert [m for m in ours if m.removeprefix("pytest_harness.") in deferred] == []
+
+
+def test_the_load_path_imports_no_run_loop_guard_or_cel() -> None:
+    """The run loop comes with a harness's first drive, the guards with a spec's first guard,
+    CEL with the first rule compiled: loading a harness, or reading its results, needs none
+    of them (#13)."""
+    _, ours = loaded_after("import pytest_harness as ph; ph.load")
+    deferred = (
+        "cel",
+        "runtime.approvals",
+        "runtime.driver_base",
+        "runtime.engine",
+        "runtime.guards",
+        "runtime.model_calls",
+        "runtime.rules",
+        "runtime.tool_calls",
+    )
+    assert [m for m in ours if m.removeprefix("pytest_harness.") in deferred] == []
+
+
+def test_loading_a_spec_with_a_live_model_imports_no_httpx(tmp_path: Path) -> None:
+    """A live provider is built (and its settings checked) at load; httpx waits for its first
+    request (#13)."""
+    spec = tmp_path / "harness.yaml"
+    spec.write_text(
+        "version: 1\nname: t\nmodels:\n  default: {use: openai, model: gpt-test}\n"
+        "tools:\n  add: {call: 'textwrap:dedent'}\n"
+        "rules:\n  - {id: R1, when: 'tool == \"add\"', then: approve}\n"
+        "tasks:\n  t: {prompt: p, tools: [add]}\n"
+    )
+    code = (
+        f"import pytest_harness as ph\nharness = ph.load({str(spec)!r})\n"
+        "assert type(harness.plans.provider('default')).__name__ == 'OpenAIProvider'"
+    )
+    first, _ = loaded_after(code)  # checks the spec and writes the spec cache
+    again, ours = loaded_after(code)  # a fresh process that finds the cached spec
+    assert "httpx" not in first
+    assert "httpx" not in again
+    assert "pytest_harness.models.openai" in ours
 
 
 def test_a_public_name_imports_what_it_needs_only() -> None:

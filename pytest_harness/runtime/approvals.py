@@ -7,13 +7,12 @@ need one, suspending the run until they are answered) and brings the answers int
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from pytest_harness.models.base import ModelResponse
 from pytest_harness.runtime.boundaries import Boundary
+from pytest_harness.runtime.call_keys import approval_id, args_digest, execution_key
 from pytest_harness.runtime.driver_base import DriverBase
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.rules import evaluate_rules
@@ -21,31 +20,7 @@ from pytest_harness.runtime.state import call_approvals
 from pytest_harness.spec.schema import Effect
 from pytest_harness.store.base import ApprovalRow, EventDraft, NewApproval
 
-__all__ = ["CallApprovals", "approval_id", "args_digest", "execution_key"]
-
-
-def execution_key(run_id: str, step: int, index: int) -> str:
-    """The stable key of call `index` of model step `step` in a run."""
-    digest = hashlib.blake2b(f"{run_id}:{step}:{index}".encode(), digest_size=16).hexdigest()
-    return f"exk_{digest}"
-
-
-def approval_id(key: str, rule_id: str, *, first: bool) -> str:
-    """The id of the approval request of call `key` for rule `rule_id`.
-
-    The first request of a call takes the call's own digest, so a call that needs one approval
-    keeps the id it always had; each further one is told apart by its rule.
-    """
-    if first:
-        return "apr_" + key.removeprefix("exk_")
-    digest = hashlib.blake2b(f"{key}:{rule_id}".encode(), digest_size=16).hexdigest()
-    return f"apr_{digest}"
-
-
-def args_digest(args: Mapping[str, Any]) -> str:
-    """A digest of tool arguments in canonical JSON, binding an approval to what was asked."""
-    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+__all__ = ["CallApprovals"]
 
 
 class CallApprovals(DriverBase):

@@ -52,7 +52,7 @@ from pytest_harness.errors import (
     StoreError,
 )
 from pytest_harness.models.base import Message
-from pytest_harness.runtime.approvals import CallApprovals, approval_id, args_digest, execution_key
+from pytest_harness.runtime.approvals import CallApprovals
 from pytest_harness.runtime.driver_base import DriveContext, DriveStopped, ToolHandoff, _Deadline
 from pytest_harness.runtime.guards import apply_guards
 from pytest_harness.runtime.model_calls import ModelCalls, _answer
@@ -68,15 +68,7 @@ from pytest_harness.runtime.truncation import (
 from pytest_harness.spec.schema import OnTruncation
 from pytest_harness.store.base import EventDraft
 
-__all__ = [
-    "DriveContext",
-    "DriveStopped",
-    "Driver",
-    "ToolHandoff",
-    "approval_id",
-    "args_digest",
-    "execution_key",
-]
+__all__ = ["DriveContext", "DriveStopped", "Driver", "ToolHandoff"]
 
 
 class Driver(ModelCalls, CallApprovals, ToolCalls):

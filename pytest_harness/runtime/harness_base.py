@@ -3,7 +3,8 @@
 `HarnessBase` holds what the public methods of `runtime.harness.Harness` share: the spec,
 plans and store, the lifecycle of the store, and the internals that create a run and drive it
 under this worker's lease (`_create`, `_drive`, `_continue`). `EndedRuns` is the seam to the
-online evals.
+online evals. The run loop (`runtime.engine`) is imported by the first `_drive`, so loading a
+harness, or reading its results, imports none of it.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ import time
 import warnings
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from pytest_harness.errors import RecordingError, RunBusy, StoreError, UnknownTask
 from pytest_harness.models.base import Message
 from pytest_harness.plugins import notify_checkpoint
 from pytest_harness.runtime.approval_checks import _check_resolvable, _moot, _result
 from pytest_harness.runtime.boundaries import Boundary
-from pytest_harness.runtime.engine import DriveContext, Driver
 from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.ids import uuid4_hex
 from pytest_harness.runtime.journal import draft
@@ -32,6 +32,9 @@ from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.state import call_approvals, initial_state
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import EventDraft, NewRun, RunRecord, Store
+
+if TYPE_CHECKING:
+    from pytest_harness.runtime.engine import Driver
 
 __all__ = ["EndedRuns", "HarnessBase"]
 
@@ -281,6 +284,9 @@ class HarnessBase:
         (`key, how, value, by`) settles an uncertain call first. A control request that
         arrives with the drive's last commit is acted on before returning.
         """
+        # the run loop is imported by the first drive: a harness that only reads never needs it
+        from pytest_harness.runtime.engine import DriveContext, Driver
+
         plan = self._plan(record.task)
         store = self.store
         run_id = record.run_id

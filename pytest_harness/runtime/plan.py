@@ -10,16 +10,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from pytest_harness.cel import CelProgram
 from pytest_harness.models.base import ModelProvider, ToolSchema
 from pytest_harness.models.live import check_live
 from pytest_harness.plugins import registry
-from pytest_harness.runtime.guards import GuardChecker, build_callable_checker
 from pytest_harness.spec.schema import Budget, GuardSpec, ModelSpec, RuleSpec, TaskSpec
 from pytest_harness.spec.spec import KeyPath, Spec
 
 if TYPE_CHECKING:
+    from pytest_harness.cel import CelProgram
     from pytest_harness.hookspecs import GuardCheckFactory, ProviderFactory
+    from pytest_harness.runtime.guards import GuardChecker
     from pytest_harness.spec.schema import ToolSpec
     from pytest_harness.tools.context import ToolContext
     from pytest_harness.tools.registry import ToolOutcome, ToolSet
@@ -123,6 +123,8 @@ class Plans:
 
     def _checker(self, guard: GuardSpec, where: KeyPath) -> GuardChecker:
         if ":" in guard.check:
+            from pytest_harness.runtime.guards import build_callable_checker
+
             return build_callable_checker(guard, self.spec, where)
         factory = registry("harness_guard_checks").get(guard.check)
         if factory is None:

@@ -6,10 +6,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pytest_harness.cel import CelProgram
 from pytest_harness.errors import SpecError, UnknownTask
 from pytest_harness.spec.schema import GuardSpec, RuleSpec, SpecDocument, TaskSpec, resolve_path
+
+if TYPE_CHECKING:
+    from pytest_harness.cel import CelProgram
 
 __all__ = ["KeyPath", "Spec", "format_key_path", "is_name", "quote_key"]
 
