@@ -53,7 +53,10 @@ class CallApprovals(DriverBase):
                 call["verdict"] = "unknown"
             else:
                 verdict = evaluate_rules(
-                    self.plan.rules, self._rule_variables(proposed.name, proposed.args), step=step
+                    self.plan.rules,
+                    self.plan.rule_programs,
+                    self._rule_variables(proposed.name, proposed.args),
+                    step=step,
                 )
                 self._decide(*verdict.decisions)
                 call["verdict"] = verdict.effect.value

@@ -62,7 +62,10 @@ class TaskPlan:
     models: tuple[ModelLink, ...]
     tools: Mapping[str, PlanTool]
     schemas: tuple[ToolSchema, ...]
-    rules: tuple[tuple[RuleSpec, CelProgram], ...]
+    rules: tuple[RuleSpec, ...]
+    rule_programs: Mapping[str, CelProgram]
+    """The compiled conditions by rule id (`Spec.rule_programs`): from the spec cache, each is
+    compiled when a call first needs it, so a run that proposes no call compiles none."""
     guards: tuple[tuple[GuardSpec, GuardChecker], ...]
     watched: frozenset[str] = field(init=False)
     """What the guards watch (`input`, `output`, `tool_result`): text nothing watches goes by
@@ -145,14 +148,14 @@ class Plans:
             tool = self.tools.get(tool_name)
             if tool is not None:
                 tools[tool_name] = tool
-        programs = self.spec.rule_programs
         return TaskPlan(
             name=name,
             spec=task,
             models=self._chain(task.model),
             tools=tools,
             schemas=self.tools.schemas(task.tools),
-            rules=tuple((r, programs[r.id]) for r in self.spec.rules_for(name)),
+            rules=self.spec.rules_for(name),
+            rule_programs=self.spec.rule_programs,
             guards=tuple((g, self._checkers[g.id]) for g in self.spec.guards_for(name)),
         )
 

@@ -38,20 +38,24 @@ class RuleVerdict:
 
 
 def evaluate_rules(
-    rules: Sequence[tuple[RuleSpec, CelProgram]],
+    rules: Sequence[RuleSpec],
+    programs: Mapping[str, CelProgram],
     variables: Mapping[str, Any],
     *,
     step: int,
 ) -> RuleVerdict:
-    """Evaluate every rule on one call's variables (`tool`, `args`, `task`, `principal`, …)."""
+    """Evaluate every rule on one call's variables (`tool`, `args`, `task`, `principal`, …).
+
+    `programs` holds each rule's compiled condition by id (`Spec.rule_programs`).
+    """
     decisions: list[Decision] = []
     denies: list[RuleSpec] = []
     approves: list[RuleSpec] = []
     tool = variables["tool"]
-    for rule, program in rules:
+    for rule in rules:
         error: str | None = None
         try:
-            matched = program.evaluate(variables) is True
+            matched = programs[rule.id].evaluate(variables) is True
         except CelError as exc:
             error = exc.message
             matched = True  # fail closed: the rule's effect applies
