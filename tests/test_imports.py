@@ -109,7 +109,7 @@ def test_the_load_path_imports_no_run_loop_guard_or_cel() -> None:
 
 def test_loading_a_spec_with_a_live_model_imports_no_httpx(tmp_path: Path) -> None:
     """A live provider is built (and its settings checked) at load; httpx waits for its first
-    request (#13)."""
+    request, and CEL for the first call a rule decides (#13)."""
     spec = tmp_path / "harness.yaml"
     spec.write_text(
         "version: 1\nname: t\nmodels:\n  default: {use: openai, model: gpt-test}\n"
@@ -125,6 +125,7 @@ def test_loading_a_spec_with_a_live_model_imports_no_httpx(tmp_path: Path) -> No
     again, ours = loaded_after(code)  # a fresh process that finds the cached spec
     assert "httpx" not in first
     assert "httpx" not in again
+    assert "cel" not in again  # a cached rule's condition is compiled when first evaluated
     assert "pytest_harness.models.openai" in ours
 
 
