@@ -9,8 +9,8 @@ again.
 
 Every request of a task repeats its system prompt and tool schemas. Their redacted form and its
 canonical JSON are worked out once per prompt and schemas (`_Fixed`), and reused while the
-request holds no generated id: `stable_ids` numbers ids across the whole request, so a request
-with one anywhere is made comparable whole, exactly as `comparable` does.
+request holds no generated id (their digests too): `stable_ids` numbers ids across the whole
+request, so a request with one anywhere is made comparable whole, exactly as `comparable` does.
 """
 
 from __future__ import annotations
@@ -39,24 +39,27 @@ class _Fixed:
     """The objects it was worked out from (kept, so their ids cannot be reused meanwhile)."""
     canonical: dict[str, str] | None
     """Canonical JSON of the redacted `system` and `tools` parts; None when they hold ids."""
+    digests: dict[str, str] | None
+    """The digests of those two texts (None with them)."""
 
 
 _fixed: dict[tuple[int, int], _Fixed] = {}
 
 
-def _fixed_parts(request: ModelRequest, content: dict[str, Any]) -> dict[str, str] | None:
+def _fixed_parts(request: ModelRequest, content: dict[str, Any]) -> _Fixed:
     key = (id(request.system), id(request.tools))
     found = _fixed.get(key)
     if found is None or found.system is not request.system or found.tools is not request.tools:
         parts = {"system": redact(content["system"]), "tools": redact(content["tools"])}
-        canonical = None
+        canonical = digests = None
         if not any(holds_ids(value) for value in parts.values()):
             canonical = {name: canonical_json(value) for name, value in parts.items()}
-        found = _Fixed(request.system, request.tools, canonical)
+            digests = {name: text_digest(text) for name, text in canonical.items()}
+        found = _Fixed(request.system, request.tools, canonical, digests)
         if len(_fixed) >= _CACHED:
             _fixed.clear()
         _fixed[key] = found
-    return found.canonical
+    return found
 
 
 _CACHED_MESSAGES = 1024
@@ -110,15 +113,20 @@ def _messages_canonical(messages: Any) -> str | None:
 
 def request_digests(request: ModelRequest, content: dict[str, Any]) -> tuple[str, dict[str, str]]:
     """The digest of `content` (`request.content()`) as recordings compare it, and its parts'."""
-    canonical: dict[str, str] = {}
     fixed = _fixed_parts(request, content)
-    if fixed is not None:
+    if fixed.canonical is not None and fixed.digests is not None:
         messages = _messages_canonical(content["messages"])
         if messages is not None:
-            canonical = {**fixed, "messages": messages}
-    if not canonical:
-        seen = comparable(content)  # ids somewhere: numbered across the whole request
-        canonical = {part: canonical_json(seen[part]) for part in PARTS}
+            system, tools = fixed.canonical["system"], fixed.canonical["tools"]
+            whole = f'{{"messages":{messages},"system":{system},"tools":{tools}}}'
+            digests = fixed.digests
+            return text_digest(whole), {
+                "system": digests["system"],
+                "tools": digests["tools"],
+                "messages": text_digest(messages),
+            }
+    seen = comparable(content)  # ids somewhere: numbered across the whole request
+    canonical = {part: canonical_json(seen[part]) for part in PARTS}
     whole = (
         f'{{"messages":{canonical["messages"]},"system":{canonical["system"]},'
         f'"tools":{canonical["tools"]}}}'
