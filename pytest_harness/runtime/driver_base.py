@@ -26,6 +26,7 @@ from pytest_harness.runtime.plan import TaskPlan
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.state import RunState, StateText, result_from_state
+from pytest_harness.runtime.texts import composed
 from pytest_harness.runtime.trace import Decision, decision_dict
 from pytest_harness.store.base import EventDraft, NewApproval, RunRecord, Store
 
@@ -135,8 +136,9 @@ class DriverBase:
         """Why the next model request replaces an earlier attempt (`interrupted`, `retry`)."""
         self._streamed: str | None = None
         """The last attempt that streamed text."""
-        self._sent: tuple[int, Any, Any] | None = None
-        """What this drive's last journaled request held: message count, system, tools."""
+        self._sent: tuple[int, Any, Any, Any] | None = None
+        """What this drive's last journaled request held: message count, system, the tool
+        schemas (as given, and as content)."""
         self._last_attempt: str | None = None
         """The id of the last model attempt that ended (its later entries carry it)."""
         self._started = monotonic()
@@ -261,15 +263,19 @@ class DriverBase:
         run_id = self.record.run_id
         state = self._state_text.prepared(self.state.to_dict())
         checkpoint = None
-        if status is not RunStatus.RUNNING:
-            checkpoint = {
-                "status": status.value,
-                "output": state["output"],
-                "error": state["error"],
-                "limit": state["limit"],
-                "usage": state["usage"],
-                "trace": state["trace"],
-            }
+        if status is not RunStatus.RUNNING and self.journal.recording:
+            trace = state["trace"]
+            checkpoint = composed(
+                {
+                    "status": status.value,
+                    "output": state["output"],
+                    "error": state["error"],
+                    "limit": state["limit"],
+                    "usage": state["usage"],
+                    "trace": trace,
+                },
+                lambda: {"trace": self._state_text.list_text("trace", trace)},
+            )
         journal = self.journal.for_commit(events, self.state.steps, checkpoint)
         store = self.ctx.store
 

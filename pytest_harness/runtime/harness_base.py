@@ -30,6 +30,7 @@ from pytest_harness.runtime.plan import Plans, TaskPlan
 from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.state import call_approvals, initial_state
+from pytest_harness.runtime.texts import composed, schemas_text, tool_schemas
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import EventDraft, NewRun, RunRecord, Store
 
@@ -217,12 +218,11 @@ class HarnessBase:
                 "history": list(history),
                 # kept once: every request of the run has this prompt and these schemas
                 "system": plan.spec.prompt,
-                "tool_schemas": [
-                    {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-                    for t in plan.schemas
-                ],
+                "tool_schemas": tool_schemas(plan.schemas),
             }
-            journal.append(draft("run.started", started, step=0))
+            schemas = plan.schemas
+            payload = composed(started, lambda: {"tool_schemas": schemas_text(schemas)})
+            journal.append(draft("run.started", payload, step=0))
         stored, created = await self.store.create_run(
             NewRun(
                 run_id=run_id,

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from pytest_harness.errors import RecordingError, StoreError
 from pytest_harness.runtime import clock
 from pytest_harness.store.base import EventDraft, JournalDraft
+from pytest_harness.store.helpers import PreparedJSON
 
 __all__ = ["KINDS", "Journal", "write_with_retries"]
 
@@ -83,7 +84,8 @@ def _draft(
     """`JournalDraft(...)` of a fresh entry, made without the keyword call.
 
     Its fields are set as the frozen class's own `__init__` sets them (`object.__setattr__`;
-    it has no `__post_init__`): a recorded run notes some thirty entries.
+    it has no `__post_init__`): a recorded run notes some thirty entries. A `PreparedJSON`
+    payload (built for this entry, its text put together from parts) is kept as it is.
     """
     entry_id, ts = clock.entry_stamp()
     entry: JournalDraft = _new(JournalDraft)
@@ -91,7 +93,7 @@ def _draft(
     _set(entry, "kind", kind)
     _set(entry, "step", step)
     _set(entry, "ts", ts)
-    _set(entry, "payload", dict(payload))
+    _set(entry, "payload", payload if type(payload) is PreparedJSON else dict(payload))
     _set(entry, "attempt_id", attempt_id)
     _set(entry, "execution_key", execution_key)
     return entry

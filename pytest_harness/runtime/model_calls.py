@@ -27,7 +27,9 @@ from pytest_harness.runtime.retrying import (
     first_event,
     first_event_message,
 )
+from pytest_harness.runtime.texts import schemas_text
 from pytest_harness.store.base import EventDraft
+from pytest_harness.store.helpers import PreparedJSON, json_text
 
 __all__ = ["ModelCalls"]
 
@@ -51,6 +53,35 @@ def _answer(response: ModelResponse) -> dict[str, Any]:
     if response.incomplete:
         answer["incomplete"] = response.incomplete
     return answer
+
+
+def _quoted(value: Any) -> str:
+    """The JSON text of `value`; printable ASCII without a quote or a backslash, quoted as is."""
+    if (
+        type(value) is str
+        and value.isascii()
+        and value.isprintable()
+        and '"' not in value
+        and "\\" not in value
+    ):
+        return f'"{value}"'
+    return json_text(value)
+
+
+def _started_text(payload: dict[str, Any]) -> str:
+    """The text of a `model.started` payload with its request: what encoding it gives.
+
+    Its names and digests are quoted as they are, its request's text is its own
+    (`_request_delta`).
+    """
+    turn = payload["turn"]
+    parts = ",".join(f"{_quoted(key)}:{_quoted(value)}" for key, value in payload["parts"].items())
+    return (
+        f'{{"model":{_quoted(payload["model"])},'
+        f'"turn":{turn if type(turn) is int else json_text(turn)},'
+        f'"digest":{_quoted(payload["digest"])},"parts":{{{parts}}},'
+        f'"request":{payload["request"].text()}}}'
+    )
 
 
 _UNKNOWN_CHARGE = frozenset({"server", "timeout", "malformed"})
@@ -264,29 +295,32 @@ class ModelCalls(DriverBase):
         # by part, so a replay can say which part changed
         digest, parts = request_digests(request, content)
         self.state.attempt = {"id": request.attempt_id, "model": link.name}
+        delta = self._request_delta(request, content) if self.ctx.keep_requests else None
+        payload = {
+            "model": link.name,
+            "turn": request.turn,
+            "digest": digest,
+            "parts": parts,
+            "request": delta,
+        }
         self.journal.note(
             "model.started",
-            {
-                "model": link.name,
-                "turn": request.turn,
-                "digest": digest,
-                "parts": parts,
-                "request": self._request_delta(content) if self.ctx.keep_requests else None,
-            },
+            payload if delta is None else PreparedJSON(payload, lambda: _started_text(payload)),
             step=self.state.steps + 1,
             attempt_id=request.attempt_id,
         )
         if self.ctx.durable:
             await self._commit([], phase=Boundary.MODEL_STARTED)
 
-    def _request_delta(self, content: dict[str, Any]) -> dict[str, Any]:
+    def _request_delta(self, request: ModelRequest, content: dict[str, Any]) -> PreparedJSON:
         """The request as `model.started` keeps it: what changed since this drive's last one.
 
         A run's messages only grow, so each request records the messages after
         `messages_from` (the count the previous request of this drive had; 0 for a drive's
         first request), and its system prompt and tool schemas only when they changed. The
         journal stays linear in the run's length; `Recording.from_journal` rebuilds each
-        request whole.
+        request whole. Its text takes each message's from the state's (encoded for the commit
+        that carries it) and the tool schemas' from `texts.schemas_text`.
         """
         messages = content["messages"]
         sent = self._sent
@@ -294,10 +328,31 @@ class ModelCalls(DriverBase):
         delta: dict[str, Any] = {"messages_from": start, "messages": messages[start:]}
         if sent is None or start == 0 or sent[1] != content["system"]:
             delta["system"] = content["system"]
-        if sent is None or start == 0 or sent[2] != content["tools"]:
+        tools = request.tools
+        if sent is None or start == 0 or (sent[2] is not tools and sent[3] != content["tools"]):
             delta["tools"] = content["tools"]
-        self._sent = (len(messages), content["system"], content["tools"])
-        return delta
+        self._sent = (len(messages), content["system"], tools, content["tools"])
+        originals = request.messages
+        history = len(originals) - len(self.state.messages)
+        state_text = self._state_text
+
+        def text() -> str:
+            items = ",".join(
+                [
+                    state_text.item_text("messages", i - history, originals[i])
+                    if i >= history and type(originals[i]) is dict
+                    else json_text(messages[i])
+                    for i in range(start, len(originals))
+                ]
+            )
+            text = f'{{"messages_from":{start},"messages":[{items}]'
+            if "system" in delta:
+                text += ',"system":' + json_text(delta["system"])
+            if "tools" in delta:
+                text += ',"tools":' + schemas_text(tools)
+            return text + "}"
+
+        return PreparedJSON(delta, text)
 
     def _end_attempt(self, kind: str, link: ModelLink, payload: dict[str, Any]) -> None:
         attempt = self.state.attempt

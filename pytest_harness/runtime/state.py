@@ -216,6 +216,20 @@ class StateText:
         """`state` (from `RunState.to_dict`), taking its text from here when it is stored."""
         return PreparedJSON(state, lambda: self._text(state))
 
+    def list_text(self, key: str, value: Any) -> str:
+        """The text of `value`, the state's list under `key` (`messages`, `trace`), as here."""
+        cached = self._lists.get(key)
+        if cached is None or type(value) is not list:
+            return json_text(value)
+        return cached.text(value)
+
+    def item_text(self, key: str, index: int, item: Any) -> str:
+        """The text of `item`, taken from here when it is the entry at `index` of `key`'s list."""
+        cached = self._lists[key]
+        if index < len(cached.items) and cached.items[index] is item:
+            return cached.texts[index]
+        return json_text(item)
+
     def _text(self, state: Mapping[str, Any]) -> str:
         lists = self._lists
         parts = []
