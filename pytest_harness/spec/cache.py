@@ -86,6 +86,9 @@ _CHECKERS = (
     "models/scripted.py",
 )
 """The modules (under the package) whose code decides what a checked spec is."""
+_LIBRARIES = ("cel",)
+"""The installed libraries whose code decides it too: a cached CEL source compiled by the CEL
+that checked it, so an upgrade (or downgrade) of `common-expression-language` is a miss."""
 MAX_FILE_BYTES = 32 * 1024 * 1024
 """The largest file hashed for a key: a bigger one is never cached."""
 _DECODE_ERRORS = (
@@ -146,6 +149,36 @@ def code_stamp() -> list[Any]:
             stamp.append([name, info.st_size, info.st_mtime_ns])
         except OSError:
             stamp.append([name, None, None])
+    stamp.extend(_library_stamp(name) for name in _LIBRARIES)
+    return stamp
+
+
+def _library_stamp(name: str) -> list[Any]:
+    """An installed library's files (name, size, mtime), found without importing it."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        found = None
+    if found is None or found.origin is None:
+        return [name, None]
+    if found.submodule_search_locations:  # a package: every file in its folder
+        folder = os.path.dirname(found.origin)
+        try:
+            files = sorted(e for e in os.listdir(folder) if not e.startswith("__pycache__"))
+        except OSError:
+            return [name, None]
+        paths = [os.path.join(folder, e) for e in files]
+    else:
+        paths = [found.origin]
+    stamp: list[Any] = [name]
+    for path in paths:
+        try:
+            info = os.stat(path)
+            stamp.append([os.path.basename(path), info.st_size, info.st_mtime_ns])
+        except OSError:
+            stamp.append([os.path.basename(path), None, None])
     return stamp
 
 

@@ -8,6 +8,7 @@ changed, checked the files again.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -285,6 +286,29 @@ def test_an_entry_of_another_version_or_other_plugins_is_a_miss(
         lambda: {**names, "harness_stores": [s for s in names["harness_stores"] if s != "sqlite"]},
     )
     assert spec_cache.read(path, None, None) is None
+
+
+def test_the_installed_cel_is_in_the_key_and_a_changed_library_is_a_miss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stamp = spec_cache.code_stamp()
+    [cel] = [part for part in stamp if part[0] == "cel"]
+    assert any(str(name).endswith(".so") or str(name).endswith(".pyd") for name, *_ in cel[1:])
+    # a stand-in library, so the test changes no installed file
+    lib = tmp_path / "libs" / "stand_in_cel"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("", encoding="utf-8")
+    (lib / "core.py").write_text("X = 1\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path / "libs"))
+    monkeypatch.setattr(spec_cache, "_LIBRARIES", ("cel", "stand_in_cel"))
+    path = Path.cwd() / "harness.yaml"
+    load_spec("harness.yaml")
+    assert spec_cache.read(path, None, None) is not None
+    info = (lib / "core.py").stat()
+    os.utime(lib / "core.py", ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+    assert spec_cache.read(path, None, None) is None  # an upgrade of the library: a miss
+    load_spec("harness.yaml")
+    assert spec_cache.read(path, None, None) is not None
 
 
 def test_the_switch_turns_the_cache_off(monkeypatch: pytest.MonkeyPatch) -> None:
