@@ -20,12 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from temporalio.client import (
-    Client,
-    WorkflowExecution,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -47,8 +42,8 @@ from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
 from pytest_harness.temporal.grading import PendingGrades, graded
 from pytest_harness.temporal.paging import PAYLOAD_LIMIT, encoded_size, too_large
-from pytest_harness.temporal.reading import read_run, whole
-from pytest_harness.temporal.records import ENDED_OUTSIDE, failed_outside, result_of, summary_of
+from pytest_harness.temporal.reading import listed_run, read_run, whole
+from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.segment import record_of
 from pytest_harness.temporal.sessions import place
 from pytest_harness.temporal.starting import first_snapshot, started_payload
@@ -308,13 +303,19 @@ class TemporalHarness(Harness):
         found: list[RunSummary] = []
         queue = self.spec.document.execution.task_queue
         query = f"WorkflowType = 'HarnessRun' AND TaskQueue = '{queue}'"
+        seen: set[str] = set()
         async for wf in self._client.list_workflows(query):
+            if wf.id in seen:  # a reset's earlier execution: the run is listed once
+                continue
             memo = await wf.memo()
             if memo.get("spec") != self.spec.document.name:
                 continue
             if task is not None and memo.get("task") != task:
                 continue
-            summary = await self._summary(wf, memo)
+            summary = await listed_run(self._client.get_workflow_handle(wf.id), wf, memo)
+            if summary is None:
+                continue
+            seen.add(wf.id)
             if (wanted is not None and summary.status.value != wanted) or (
                 tenant is not None and summary.tenant != tenant
             ):
@@ -324,18 +325,6 @@ class TemporalHarness(Harness):
                 break
         found.sort(key=lambda s: s.created_at, reverse=True)
         return found
-
-    async def _summary(self, wf: WorkflowExecution, memo: Mapping[str, Any]) -> RunSummary:
-        """A listed run's line: from its head, or `failed` when its workflow ended outside."""
-        if wf.status not in ENDED_OUTSIDE:
-            try:
-                return summary_of(await self._snapshot(wf.id, head_only=True))
-            except ExecutionError:
-                # the list is eventually consistent: the workflow may have ended since
-                wf = await (await self._handle(wf.id)).describe()
-                if wf.status not in ENDED_OUTSIDE:
-                    raise
-        return failed_outside(wf, memo)
 
     def stream(self, run_id: str, *, after: str = "0") -> AsyncIterator[Event]:
         """The run's events after the cursor `after`, then new ones until it ends or waits.

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from temporalio.client import (
+    WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -25,10 +26,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from pytest_harness.errors import ExecutionError, UnknownRun
+from pytest_harness.runtime.results import RunSummary
 from pytest_harness.temporal.checks import RESTING
 from pytest_harness.temporal.paging import read_pages
+from pytest_harness.temporal.records import ENDED_OUTSIDE, failed_outside, summary_of
 
-__all__ = ["ended_outside", "head", "read_run", "until_rested", "whole"]
+__all__ = ["ended_outside", "head", "listed_run", "read_run", "until_rested", "whole"]
 
 
 def whole(answer: Mapping[str, Any]) -> bool:
@@ -197,3 +200,30 @@ async def until_rested(handle: WorkflowHandle[Any, Any]) -> None:
             if exc.status is not RPCStatusCode.NOT_FOUND:
                 raise
             return
+
+
+async def listed_run(
+    handle: WorkflowHandle[Any, Any], wf: WorkflowExecution, memo: Mapping[str, Any]
+) -> RunSummary | None:
+    """A listed execution's line of `runs()`, or None when it stands for no run of its own.
+
+    From the run's head; `failed` (from its memo) when its workflow ended outside the harness.
+    None for an execution a reset closed (the run goes on as the workflow's latest execution,
+    listed on its own) and for a workflow gone since it was listed.
+    """
+    if wf.status not in ENDED_OUTSIDE:
+        try:
+            return summary_of(await head(handle, wf.id))
+        except ExecutionError:
+            pass  # the list is eventually consistent: the workflow may have ended since
+    try:
+        latest = await handle.describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return None
+        raise ExecutionError(f"run {wf.id}: Temporal answered {exc}") from None
+    if latest.run_id != wf.run_id:
+        return None
+    if latest.status not in ENDED_OUTSIDE:  # the head could not be read for another reason
+        return summary_of(await head(handle, wf.id))
+    return failed_outside(latest, memo)

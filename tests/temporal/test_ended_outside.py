@@ -7,10 +7,15 @@ default; 4 MB on this module's own dev server). Such a run is read as a typed
 
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 
 import pytest_harness as ph
@@ -19,6 +24,18 @@ from tests.temporal.helpers import WorkerProcess
 from tests.temporal.test_payloads import big_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
+
+
+async def listed_at_rest(harness: ph.Harness, within: float = 60.0) -> list[ph.RunSummary]:
+    """`runs()` once no listed run is `running` (a reset run replays to where it waited)."""
+    deadline = time.monotonic() + within
+    while True:
+        listed = await harness.runs()
+        if all(s.status is not ph.RunStatus.RUNNING for s in listed):
+            return listed
+        if time.monotonic() > deadline:
+            return listed
+        await asyncio.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +101,41 @@ async def test_a_run_terminated_by_hand_names_the_reason_and_the_rest_are_still_
             failed = await harness.runs(status="failed")
     assert [s.run_id for s in still_waiting] == [other.run_id]
     assert [(s.run_id, s.principal, s.tenant) for s in failed] == [(waiting.run_id, "ann", None)]
+
+
+@pytest.mark.timeout(240)
+async def test_a_reset_run_is_listed_once_with_its_live_status(
+    tmp_path: Path, small_history_server: str
+) -> None:
+    # `temporal workflow reset` closes the execution as TERMINATED and goes on in a new one
+    # under the same id: the closed one is not a failed run of its own
+    spec = big_spec(tmp_path, small_history_server, 7, calls=1)
+    with WorkerProcess(spec):
+        async with ph.load(spec) as harness:
+            waiting = await harness.run("t", "go", principal="ann")
+            assert waiting.status is ph.RunStatus.AWAITING_APPROVAL
+            client = await Client.connect(small_history_server)
+            handle = client.get_workflow_handle(waiting.run_id)
+            completed = [
+                e.event_id
+                async for e in handle.fetch_history_events()
+                if e.HasField("workflow_task_completed_event_attributes")
+            ]
+            old = await handle.describe()
+            await client.workflow_service.reset_workflow_execution(
+                ResetWorkflowExecutionRequest(
+                    namespace=client.namespace,
+                    workflow_execution=WorkflowExecution(
+                        workflow_id=waiting.run_id, run_id=old.run_id
+                    ),
+                    reason="ops: replay from the start",
+                    workflow_task_finish_event_id=completed[0],
+                    request_id=str(uuid.uuid4()),
+                )
+            )
+            settled = await listed_at_rest(harness)
+            failed = await harness.runs(status="failed")
+    assert [(s.run_id, s.status) for s in settled] == [
+        (waiting.run_id, ph.RunStatus.AWAITING_APPROVAL)
+    ]
+    assert failed == []
