@@ -211,11 +211,12 @@ async def listed_run(
     None for an execution a reset closed (the run goes on as the workflow's latest execution,
     listed on its own) and for a workflow gone since it was listed.
     """
+    unread: ExecutionError | None = None
     if wf.status not in ENDED_OUTSIDE:
         try:
             return summary_of(await head(handle, wf.id))
-        except ExecutionError:
-            pass  # the list is eventually consistent: the workflow may have ended since
+        except ExecutionError as exc:
+            unread = exc  # the list is eventually consistent: the workflow may have ended since
     try:
         latest = await handle.describe()
     except RPCError as exc:
@@ -225,5 +226,7 @@ async def listed_run(
     if latest.run_id != wf.run_id:
         return None
     if latest.status not in ENDED_OUTSIDE:  # the head could not be read for another reason
+        if unread is not None:
+            raise unread
         return summary_of(await head(handle, wf.id))
     return failed_outside(latest, memo)
