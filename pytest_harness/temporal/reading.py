@@ -205,11 +205,12 @@ async def until_rested(handle: WorkflowHandle[Any, Any]) -> None:
 async def listed_run(
     handle: WorkflowHandle[Any, Any], wf: WorkflowExecution, memo: Mapping[str, Any]
 ) -> RunSummary | None:
-    """A listed execution's line of `runs()`, or None when it stands for no run of its own.
+    """A listed execution's line of `runs()`, or None for a workflow gone since it was listed.
 
     From the run's head; `failed` (from its memo) when its workflow ended outside the harness.
-    None for an execution a reset closed (the run goes on as the workflow's latest execution,
-    listed on its own) and for a workflow gone since it was listed.
+    An execution a reset closed stands for the run as it is now, its workflow's latest
+    execution: the list is eventually consistent and may not show that one yet (`runs()`
+    lists each workflow id once).
     """
     unread: ExecutionError | None = None
     if wf.status not in ENDED_OUTSIDE:
@@ -223,10 +224,8 @@ async def listed_run(
         if exc.status is RPCStatusCode.NOT_FOUND:
             return None
         raise ExecutionError(f"run {wf.id}: Temporal answered {exc}") from None
-    if latest.run_id != wf.run_id:
-        return None
-    if latest.status not in ENDED_OUTSIDE:  # the head could not be read for another reason
-        if unread is not None:
-            raise unread
-        return summary_of(await head(handle, wf.id))
-    return failed_outside(latest, memo)
+    if latest.status in ENDED_OUTSIDE:
+        return failed_outside(latest, memo)
+    if unread is not None and latest.run_id == wf.run_id:
+        raise unread  # the head could not be read for another reason
+    return summary_of(await head(handle, wf.id))

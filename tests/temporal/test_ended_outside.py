@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import WorkflowExecution as TemporalExecution
 
 import pytest_harness as ph
+from pytest_harness.temporal.reading import listed_run
 from tests.temporal.conftest import dev_server
 from tests.temporal.helpers import WorkerProcess
 from tests.temporal.test_payloads import big_spec
@@ -27,11 +29,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
 
 async def listed_at_rest(harness: ph.Harness, within: float = 60.0) -> list[ph.RunSummary]:
-    """`runs()` once no listed run is `running` (a reset run replays to where it waited)."""
+    """`runs()` once it lists a run and none is `running` (a reset run replays to where it
+    waited)."""
     deadline = time.monotonic() + within
     while True:
         listed = await harness.runs()
-        if all(s.status is not ph.RunStatus.RUNNING for s in listed):
+        if listed and all(s.status is not ph.RunStatus.RUNNING for s in listed):
             return listed
         if time.monotonic() > deadline:
             return listed
@@ -135,7 +138,29 @@ async def test_a_reset_run_is_listed_once_with_its_live_status(
             )
             settled = await listed_at_rest(harness)
             failed = await harness.runs(status="failed")
+            # the list may show the closed execution before the new one: it stands for the run
+            closed = await closed_execution(client, waiting.run_id, old.run_id)
+            standing = await listed_run(handle, closed, await closed.memo())
     assert [(s.run_id, s.status) for s in settled] == [
         (waiting.run_id, ph.RunStatus.AWAITING_APPROVAL)
     ]
     assert failed == []
+    assert standing is not None
+    assert (standing.run_id, standing.status) == (
+        waiting.run_id,
+        ph.RunStatus.AWAITING_APPROVAL,
+    )
+
+
+async def closed_execution(
+    client: Client, workflow_id: str, run_id: str, within: float = 60.0
+) -> TemporalExecution:
+    """The listed (closed) execution `run_id` of `workflow_id`, once the list shows it."""
+    deadline = time.monotonic() + within
+    query = f"WorkflowId = '{workflow_id}' AND RunId = '{run_id}'"
+    while True:
+        async for wf in client.list_workflows(query):
+            if wf.status is not WorkflowExecutionStatus.RUNNING:
+                return wf
+        assert time.monotonic() < deadline, f"{run_id} never listed as closed"
+        await asyncio.sleep(0.2)
