@@ -10,6 +10,7 @@ import importlib.machinery
 import importlib.util
 import re
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,9 @@ __all__ = [
 
 _POSITION = re.compile(r"<input>:(\d+):(\d+):\s*(.*)")
 _module: ModuleType | None = None
+_loading = threading.Lock()
+"""Held while the extension loads: two threads compiling a process's first expressions at
+once (a worker's workflow tasks) must not run its initialisation twice (see `_cel`)."""
 
 
 class CelError(Exception):
@@ -226,18 +230,26 @@ def _cel() -> ModuleType:
     about 200 ms). Loading the compiled extension alone keeps that off every process that
     merely evaluates rules, such as a worker answering one approval; if the package is laid
     out differently, the ordinary import is used.
+
+    Loaded once per process, under a lock: initialising the extension a second time panics
+    (its logger can be set once), and a Rust panic is a `BaseException`, which a Temporal
+    workflow task does not catch: the task then ends with no command at all, a
+    nondeterminism error for the run.
     """
     global _module
     if _module is not None:
         return _module
-    module = sys.modules.get("cel.cel")
-    if module is None:
-        module = _load_extension_alone()
-    if module is None:
-        import cel
+    with _loading:
+        if _module is not None:  # another thread loaded it meanwhile
+            return _module
+        module = sys.modules.get("cel.cel")
+        if module is None:
+            module = _load_extension_alone()
+        if module is None:
+            import cel
 
-        module = cel
-    _module = module
+            module = cel
+        _module = module
     return module
 
 
