@@ -84,8 +84,16 @@ class _Activities:
         """The conversations of the runs this worker asked a model for last (their tails)."""
 
     def host(self) -> None:
-        """Register the spec where the workflow finds its plans."""
+        """Register the spec where the workflow finds its plans, its CEL compiled first.
+
+        A spec read from the spec cache compiles each rule and guard condition on first use;
+        here that use is now, in this thread, before the worker polls. Workflow tasks run on
+        threads of their own, several at once (a new worker replays every run it takes over),
+        and none of them then compiles an expression or loads the CEL extension.
+        """
         spec = self.harness.spec
+        for programs in (spec.rule_programs, spec.guard_programs):
+            dict(programs)  # each program, compiled
         hosted.host(
             self.harness.plans,
             name=spec.document.name,
