@@ -144,6 +144,12 @@ class WorkerProcess:
         self.proc.wait()
 
     def stop(self) -> None:
+        """Stop the worker (SIGINT, else SIGKILL after 10 s) and print what it said.
+
+        Pytest shows the print with a failing test only: what went wrong inside a worker (a
+        workflow task's traceback, a panic, a nondeterminism error) is in its log, not in the
+        test's traceback.
+        """
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -151,7 +157,10 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.log.close()
+        if not self.log.closed:
+            print(f"--- worker pid {self.proc.pid} (exit {self.proc.returncode}) said:")
+            print(self.output())
+            self.log.close()
 
 
 def wait_for(folder: Path, pattern: str, count: int = 1, timeout: float = 30.0) -> None:
