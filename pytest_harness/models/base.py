@@ -55,6 +55,17 @@ class ToolSchema:
     description: str
     parameters: Mapping[str, Any]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The schema as plain JSON, as a request's content, a journal and a recording keep it.
+
+        Key order counts: request digests and stored texts are of this dict's encoding.
+        """
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequest:
@@ -85,10 +96,7 @@ class ModelRequest:
         return {
             "system": self.system,
             "messages": [dict(m) for m in self.messages],
-            "tools": [
-                {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-                for t in self.tools
-            ],
+            "tools": [t.to_dict() for t in self.tools],
         }
 
     def digest(self) -> str:

@@ -47,10 +47,7 @@ def composed(value: dict[str, Any], texts: Callable[[], Mapping[str, str]]) -> P
 
 def tool_schemas(schemas: Sequence[ToolSchema]) -> list[dict[str, Any]]:
     """The tool schemas as a request's content and a recording keep them."""
-    return [
-        {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-        for t in schemas
-    ]
+    return [t.to_dict() for t in schemas]
 
 
 _schemas: dict[int, tuple[Sequence[ToolSchema], str]] = {}

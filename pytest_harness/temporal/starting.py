@@ -18,6 +18,7 @@ from pytest_harness.runtime.plan import TaskPlan
 from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunStatus
 from pytest_harness.runtime.state import RunState
+from pytest_harness.runtime.texts import tool_schemas
 from pytest_harness.spec.spec import Spec
 from pytest_harness.temporal.segment import journal_dict
 
@@ -47,10 +48,7 @@ def started_payload(
         "history": list(history),
         # kept once: every request of the run has this prompt and these schemas
         "system": plan.spec.prompt,
-        "tool_schemas": [
-            {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-            for t in plan.schemas
-        ],
+        "tool_schemas": tool_schemas(plan.schemas),
     }
 
 
