@@ -8,8 +8,9 @@ is evaluated. The entry is used only when its key matches the present exactly:
 
 - the sha256 of the spec file's bytes and of the baseline file's bytes (when it has one);
 - the environment chosen (`env=` or `$HARNESS_ENV`) and `record=`;
-- the pytest-harness version and the size and modification time of the modules that check a
-  spec (so an edited checker, even at the same version, rebuilds every entry);
+- the pytest-harness version, the Python and the size and modification time of the modules
+  that check a spec and of CEL's files (`spec/stamps.py`; so an edited checker, even at the
+  same version, rebuilds every entry);
 - the names the installed plugins offer (model providers, stores, guard checks, graders),
   which the checks look names up in.
 
@@ -30,7 +31,6 @@ import hashlib
 import json
 import os
 import stat
-import sys
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -38,6 +38,7 @@ from types import MappingProxyType, NoneType, UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pytest_harness.cel import CelProgram
+from pytest_harness.spec import stamps
 from pytest_harness.spec.schema import GuardSpec, RuleSpec, SpecDocument
 from pytest_harness.spec.spec import KeyPath, Spec
 
@@ -79,6 +80,7 @@ _CHECKERS = (
     "spec/loader.py",
     "spec/schema.py",
     "spec/spec.py",
+    "spec/stamps.py",
     "spec/validation.py",
     "spec/where.py",
     "spec/yamlio.py",
@@ -138,48 +140,8 @@ def file_digest(path: Path) -> str | None:
 
 
 def code_stamp() -> list[Any]:
-    """The version, the Python and each checking module's size and mtime: part of every key."""
-    import pytest_harness
-
-    root = Path(pytest_harness.__file__).parent
-    stamp: list[Any] = [pytest_harness.__version__, list(sys.version_info[:2])]
-    for name in _CHECKERS:
-        try:
-            info = (root / name).stat()
-            stamp.append([name, info.st_size, info.st_mtime_ns])
-        except OSError:
-            stamp.append([name, None, None])
-    stamp.extend(_library_stamp(name) for name in _LIBRARIES)
-    return stamp
-
-
-def _library_stamp(name: str) -> list[Any]:
-    """An installed library's files (name, size, mtime), found without importing it."""
-    import importlib.util
-
-    try:
-        found = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        found = None
-    if found is None or found.origin is None:
-        return [name, None]
-    if found.submodule_search_locations:  # a package: every file in its folder
-        folder = os.path.dirname(found.origin)
-        try:
-            files = sorted(e for e in os.listdir(folder) if not e.startswith("__pycache__"))
-        except OSError:
-            return [name, None]
-        paths = [os.path.join(folder, e) for e in files]
-    else:
-        paths = [found.origin]
-    stamp: list[Any] = [name]
-    for path in paths:
-        try:
-            info = os.stat(path)
-            stamp.append([os.path.basename(path), info.st_size, info.st_mtime_ns])
-        except OSError:
-            stamp.append([os.path.basename(path), None, None])
-    return stamp
+    """The version, the Python, each checking module's and library's files: part of every key."""
+    return stamps.code_stamp(_CHECKERS, _LIBRARIES)
 
 
 def _plugin_names() -> dict[str, list[str]]:

@@ -9,8 +9,8 @@ Most tools are plain, and for them two things need no pydantic (DESIGN §10, iss
   None: `Tool` hands it to pydantic, which converts it or words the error as always.
 - `SchemaCache` keeps the JSON schema pydantic derived for a plain tool in the spec's
   `.harness/cache` (like `.pyc` files), named by the sha256 of everything it was derived from:
-  the signature, the docstring, the deriving code's files (size and
-  mtime, as the spec cache does) and pydantic's and docstring_parser's. An entry that is
+  the signature, the docstring, the deriving code's files and pydantic's and
+  docstring_parser's (size and mtime: `spec/stamps.py`, as the spec cache's key). An entry that is
   missing, malformed or keyed otherwise is a miss, and the schema is derived again and written.
   `HARNESS_NO_SPEC_CACHE=1` turns it off with the spec cache.
 """
@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import inspect
 import json
 import math
-import os
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from pytest_harness.spec.stamps import code_stamp
 
 __all__ = [
     "PlainParam",
@@ -47,7 +46,13 @@ _EXACT: dict[str, type[Any]] = {"str": str, "int": int, "float": float, "bool": 
 _SCALARS = (str, int, float, bool, type(None))
 _EXACT_FLOAT = 2**53
 """The largest `int` a `float` parameter takes here as `float(value)` (pydantic agrees)."""
-_DERIVERS = ("tools/registry.py", "tools/schema.py", "tools/plain.py", "models/base.py")
+_DERIVERS = (
+    "tools/registry.py",
+    "tools/schema.py",
+    "tools/plain.py",
+    "models/base.py",
+    "spec/stamps.py",
+)
 """The modules (under the package) whose code decides a tool's schema."""
 _LIBRARIES = ("pydantic", "pydantic_core", "docstring_parser", "typing_extensions")
 FORMAT = 1
@@ -136,34 +141,18 @@ def schema_key(
     }
 
 
-_STAMP: list[Any] | None = None
+_STAMP: str | None = None
 
 
-def _code_stamp() -> list[Any]:
-    """The Python, the deriving modules' and the libraries' files: size and mtime (once)."""
+def _code_stamp() -> str:
+    """The sha256 of the version, the Python, the deriving modules' and the libraries' files.
+
+    Worked out once; a digest, so every tool's key (encoded at each lookup) stays short.
+    """
     global _STAMP
     if _STAMP is None:
-        import pytest_harness
-
-        root = Path(pytest_harness.__file__).parent
-        files = [str(root / name) for name in _DERIVERS]
-        for library in _LIBRARIES:
-            try:
-                found = importlib.util.find_spec(library)
-            except (ImportError, ValueError):
-                found = None
-            origin = None if found is None else found.origin
-            files.append(origin or library)
-            if origin and found is not None and found.submodule_search_locations:
-                files.append(os.path.join(os.path.dirname(origin), "version.py"))
-        stamp: list[Any] = [pytest_harness.__version__, list(sys.version_info[:3])]
-        for file in files:
-            try:
-                info = os.stat(file)
-                stamp.append([file, info.st_size, info.st_mtime_ns])
-            except OSError:
-                stamp.append([file, None, None])
-        _STAMP = stamp
+        text = json.dumps(code_stamp(_DERIVERS, _LIBRARIES), separators=(",", ":"))
+        _STAMP = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return _STAMP
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,28 @@ def test_a_cached_schema_is_the_derived_one_and_builds_no_validator(tmp_path: Pa
     assert again.validate({**VALID, "x": 2}) == {**VALID, "x": 2.0}
     with pytest.raises(InvalidToolArguments, match="unexpected argument 'nope'"):
         again.validate({**VALID, "nope": 1})
+
+
+def test_a_changed_file_of_a_deriving_library_is_a_miss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file of a library's folder is in the key (`spec/stamps.py`, as the spec cache's)."""
+    from pytest_harness.tools import plain as plain_module
+
+    lib = tmp_path / "libs" / "stand_in_pydantic"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("", encoding="utf-8")
+    (lib / "fields.py").write_text("X = 1\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path / "libs"))
+    monkeypatch.setattr(plain_module, "_LIBRARIES", (*plain_module._LIBRARIES, lib.name))
+    monkeypatch.setattr(plain_module, "_STAMP", None)
+    cache = SchemaCache(tmp_path / "cache")
+    assert Tool("plain", plain, cache=cache)._adapter is not None  # derived, then written
+    assert Tool("plain", plain, cache=cache)._adapter is None
+    info = (lib / "fields.py").stat()
+    os.utime(lib / "fields.py", ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+    monkeypatch.setattr(plain_module, "_STAMP", None)  # a new process: the stamp taken again
+    assert Tool("plain", plain, cache=cache)._adapter is not None  # an upgrade: a miss
 
 
 def test_an_edited_docstring_or_a_bad_entry_is_a_miss(tmp_path: Path) -> None:
