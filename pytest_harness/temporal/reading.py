@@ -66,7 +66,11 @@ async def _pages(
 
 
 async def _ended(handle: WorkflowHandle[Any, Any], run_id: str) -> Any:
-    """The workflow's result when it completed (else None); errors for other ends."""
+    """The workflow's result when it completed (else None); errors for the other ends.
+
+    A failed workflow's error is its failure's; the other ends the harness never chooses
+    (`records.ENDED_OUTSIDE`) say how it ended (`ended_outside`).
+    """
     desc = await handle.describe()
     if desc.status is WorkflowExecutionStatus.COMPLETED:
         return await handle.result()
@@ -80,7 +84,7 @@ async def _ended(handle: WorkflowHandle[Any, Any], run_id: str) -> Any:
                 "under way and its history no longer replays: run the old code's "
                 "worker until its runs end"
             ) from None
-    if desc.status is not WorkflowExecutionStatus.RUNNING:
+    if desc.status in ENDED_OUTSIDE:
         raise ExecutionError(await ended_outside(handle, run_id, desc.status))
     return None
 
