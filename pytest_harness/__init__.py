@@ -59,11 +59,11 @@ if TYPE_CHECKING:
     from pytest_harness.evals.checks import GradeInput, Verdict
     from pytest_harness.loading import load
     from pytest_harness.models.live import allow_live_models
+    from pytest_harness.principal import Principal
     from pytest_harness.recording.model import Recording
     from pytest_harness.redaction import SecretPattern
     from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness, RunHandle
-    from pytest_harness.runtime.principal import Principal
     from pytest_harness.runtime.results import (
         ApprovalRequest,
         Call,
@@ -191,7 +191,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "pytest_harness.errors"),
     **dict.fromkeys(_RESULTS, "pytest_harness.runtime.results"),
     **dict.fromkeys(_ARCHIVE, "pytest_harness.archive"),
-    "Principal": "pytest_harness.runtime.principal",
+    "Principal": "pytest_harness.principal",
     "Decision": "pytest_harness.runtime.trace",
     "ToolCall": "pytest_harness.runtime.trace",
     "Trace": "pytest_harness.runtime.trace",

@@ -38,7 +38,7 @@ __all__: list[str] = []
 
 
 async def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from pytest_harness.runtime.principal import Principal
+    from pytest_harness.principal import Principal
 
     principal = Principal(id=args.principal, roles=tuple(args.roles), tenant=args.tenant)
     async with _load(args, record=True if args.record else None) as harness:
@@ -122,7 +122,7 @@ async def _show(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 async def _approve(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from pytest_harness.runtime.principal import Principal
+    from pytest_harness.principal import Principal
 
     approver = Principal(id=args.approver, roles=tuple(args.roles), tenant=args.tenant)
     async with _load(args) as harness:

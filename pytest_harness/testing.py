@@ -29,10 +29,10 @@ if TYPE_CHECKING:
     import asyncio
 
     from pytest_harness.archive.export import ExportPolicy
+    from pytest_harness.principal import Principal
     from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness, RunHandle
-    from pytest_harness.runtime.principal import Principal
     from pytest_harness.runtime.results import RunSummary
     from pytest_harness.store.base import Store
 

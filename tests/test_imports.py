@@ -163,3 +163,13 @@ def test_the_tools_and_the_scripted_model_import_no_pydantic() -> None:
         "pytest_harness.tools.outcome"
     )
     assert heavy == ["asyncio"]
+
+
+def test_the_principal_is_still_importable_from_the_run_loop() -> None:
+    """`Principal` moved below the tools (`pytest_harness.principal`); its old module keeps
+    the names for code that imported them from there."""
+    from pytest_harness import principal
+    from pytest_harness.runtime.principal import Principal, as_principal
+
+    assert Principal is principal.Principal is ph.Principal
+    assert as_principal is principal.as_principal

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pytest_harness.errors import ApprovalDenied, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
+from pytest_harness.principal import Principal
 from pytest_harness.recording.model import DERIVED_FROM, Recording
 from pytest_harness.redaction import comparable, redact
 from pytest_harness.replay.report import (
@@ -37,7 +38,6 @@ from pytest_harness.replay.report import (
 from pytest_harness.replay.requests import request_changes
 from pytest_harness.replay.tape import Tape, TapeModel, TapeTool
 from pytest_harness.runtime.harness_control import HarnessControl
-from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.trace import Trace
 from pytest_harness.spec.schema import ReplayPolicy

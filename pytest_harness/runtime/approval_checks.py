@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pytest_harness.errors import ApprovalDenied, ResolutionError, UnknownExecutionKey
+from pytest_harness.principal import Principal
 from pytest_harness.runtime.call_keys import args_digest, execution_key
-from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.state import call_approvals, result_from_state
 from pytest_harness.store.base import ApprovalRow, RunRecord

@@ -17,13 +17,13 @@ from typing import Any
 from pytest_harness.errors import StoreError
 from pytest_harness.models.base import Message
 from pytest_harness.plugins import notify_checkpoint
+from pytest_harness.principal import Principal
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.clock import monotonic, now
 from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.guards import GuardContext
 from pytest_harness.runtime.journal import Journal, write_with_retries
 from pytest_harness.runtime.plan import TaskPlan
-from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.state import RunState, StateText, result_from_state
 from pytest_harness.runtime.texts import composed

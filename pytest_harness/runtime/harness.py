@@ -23,10 +23,10 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_harness.principal import Principal
 from pytest_harness.runtime.events import follow
 from pytest_harness.runtime.harness_base import EndedRuns
 from pytest_harness.runtime.harness_control import HarnessControl
-from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.store.base import Event, RunRecord, Sample, parse_cursor
 

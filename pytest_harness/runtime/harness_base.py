@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from pytest_harness.errors import RecordingError, RunBusy, StoreError, UnknownTask
 from pytest_harness.models.base import Message
 from pytest_harness.plugins import notify_checkpoint
+from pytest_harness.principal import Principal, as_principal
 from pytest_harness.runtime.approval_checks import _check_resolvable, _moot, _result
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.ids import uuid4_hex
 from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.plan import Plans, TaskPlan
-from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.state import call_approvals, initial_state
 from pytest_harness.runtime.texts import composed, schemas_text, tool_schemas

@@ -10,6 +10,7 @@ import time
 from typing import Any, Literal
 
 from pytest_harness.errors import RecordingError, ResolutionError, RunBusy
+from pytest_harness.principal import Principal, as_principal
 from pytest_harness.runtime.approval_checks import (
     _check_approver,
     _check_binding,
@@ -19,7 +20,6 @@ from pytest_harness.runtime.approval_checks import (
 )
 from pytest_harness.runtime.harness_base import HarnessBase
 from pytest_harness.runtime.journal import draft
-from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.store.base import EventDraft, RunRecord
 

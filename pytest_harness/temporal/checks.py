@@ -13,13 +13,13 @@ from typing import Any
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from pytest_harness.errors import HarnessError, ResolutionError
+from pytest_harness.principal import Principal
 from pytest_harness.runtime.approval_checks import (
     _check_approver,
     _check_binding,
     _check_resolvable,
     _moot,
 )
-from pytest_harness.runtime.principal import Principal
 from pytest_harness.temporal.segment import approval_rows, record_of
 
 __all__ = ["FATAL", "RESTING", "check_approval", "check_resolution", "fatal", "open_approvals"]

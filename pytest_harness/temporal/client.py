@@ -33,10 +33,10 @@ from pytest_harness.errors import (
     ResolutionError,
     UnknownExecutionKey,
 )
+from pytest_harness.principal import Principal, as_principal
 from pytest_harness.recording.model import Recording
 from pytest_harness.runtime.harness import Harness, RunHandle
 from pytest_harness.runtime.harness_control import _UNSET
-from pytest_harness.runtime.principal import Principal, as_principal
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_harness.models.base import Message
+from pytest_harness.principal import Principal
 from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.plan import TaskPlan
-from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.results import RunStatus
 from pytest_harness.runtime.state import RunState
 from pytest_harness.runtime.texts import tool_schemas

@@ -27,8 +27,8 @@ from temporalio.workflow import NondeterminismError
 import pytest_harness.temporal.hosted as hosted
 from pytest_harness.errors import ModelError
 from pytest_harness.evals.online import OnlineEvals
+from pytest_harness.principal import Principal
 from pytest_harness.runtime.harness import Harness
-from pytest_harness.runtime.principal import Principal
 from pytest_harness.runtime.retrying import FirstEvent, first_event, first_event_message
 from pytest_harness.store.base import StoredArtifact
 from pytest_harness.temporal.answers import answer_of, request_of

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from pytest_harness.errors import HarnessError
-from pytest_harness.runtime.principal import Principal
+from pytest_harness.principal import Principal
 from pytest_harness.tools.artifacts import Artifact
 
 __all__ = ["ToolContext", "current_tool_context", "tool_context"]

@@ -22,7 +22,7 @@ import pytest
 
 from pytest_harness.errors import HarnessError, SpecError
 from pytest_harness.importing import import_callable
-from pytest_harness.runtime.principal import Principal
+from pytest_harness.principal import Principal
 from pytest_harness.spec.schema import SpecDocument, ToolSpec
 from pytest_harness.spec.spec import Spec
 from pytest_harness.spec.validation import validate
