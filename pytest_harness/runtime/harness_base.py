@@ -26,11 +26,11 @@ from pytest_harness.runtime.approval_checks import _check_resolvable, _moot, _re
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.ids import uuid4_hex
-from pytest_harness.runtime.journal import draft
+from pytest_harness.runtime.journal import draft, started_payload
 from pytest_harness.runtime.plan import Plans, TaskPlan
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.state import call_approvals, initial_state
-from pytest_harness.runtime.texts import composed, schemas_text, tool_schemas
+from pytest_harness.runtime.texts import composed, schemas_text
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import EventDraft, NewRun, RunRecord, Store
 
@@ -206,20 +206,9 @@ class HarnessBase:
         tenant_ = tenant if tenant is not None else who.tenant
         journal = []
         if record:
-            started = {
-                "task": task,
-                "input": input,
-                "principal": who.to_dict(),
-                "tenant": tenant_,
-                "labels": merged_labels,
-                "idempotency_key": idempotency_key,
-                "spec": self.spec.document.name,
-                "spec_digest": self.spec.digest,
-                "history": list(history),
-                # kept once: every request of the run has this prompt and these schemas
-                "system": plan.spec.prompt,
-                "tool_schemas": tool_schemas(plan.schemas),
-            }
+            started = started_payload(
+                self.spec, plan, input, who, tenant_, merged_labels, idempotency_key, history
+            )
             schemas = plan.schemas
             payload = composed(started, lambda: {"tool_schemas": schemas_text(schemas)})
             journal.append(draft("run.started", payload, step=0))

@@ -16,14 +16,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_harness.errors import RecordingError, StoreError
 from pytest_harness.runtime import clock
+from pytest_harness.runtime.texts import tool_schemas
 from pytest_harness.store.base import EventDraft, JournalDraft
 from pytest_harness.store.helpers import PreparedJSON
 
-__all__ = ["KINDS", "Journal", "write_with_retries"]
+if TYPE_CHECKING:
+    from pytest_harness.models.base import Message
+    from pytest_harness.principal import Principal
+    from pytest_harness.runtime.plan import TaskPlan
+    from pytest_harness.spec.spec import Spec
+
+__all__ = ["KINDS", "Journal", "started_payload", "write_with_retries"]
 
 KINDS: frozenset[str] = frozenset(
     {
@@ -68,6 +75,33 @@ def draft(
     """A new journal entry with a fresh id (`clock.entry_stamp`) and the current time."""
     assert kind in KINDS, kind
     return _draft(kind, payload, step, attempt_id, execution_key)
+
+
+def started_payload(
+    spec: Spec,
+    plan: TaskPlan,
+    input: str,
+    who: Principal,
+    tenant: str | None,
+    labels: Mapping[str, str],
+    idempotency_key: str | None,
+    history: list[Message],
+) -> dict[str, Any]:
+    """The payload of a run's `run.started` entry, a local run's and a Temporal run's alike."""
+    return {
+        "task": plan.name,
+        "input": input,
+        "principal": who.to_dict(),
+        "tenant": tenant,
+        "labels": dict(labels),
+        "idempotency_key": idempotency_key,
+        "spec": spec.document.name,
+        "spec_digest": spec.digest,
+        "history": list(history),
+        # kept once: every request of the run has this prompt and these schemas
+        "system": plan.spec.prompt,
+        "tool_schemas": tool_schemas(plan.schemas),
+    }
 
 
 _new = object.__new__

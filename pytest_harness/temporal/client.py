@@ -37,6 +37,7 @@ from pytest_harness.principal import Principal, as_principal
 from pytest_harness.recording.model import Recording
 from pytest_harness.runtime.harness import Harness, RunHandle
 from pytest_harness.runtime.harness_control import _UNSET
+from pytest_harness.runtime.journal import started_payload
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
@@ -46,7 +47,7 @@ from pytest_harness.temporal.reading import listed_run, read_run, whole
 from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.segment import record_of
 from pytest_harness.temporal.sessions import place
-from pytest_harness.temporal.starting import first_snapshot, started_payload
+from pytest_harness.temporal.starting import first_snapshot
 
 if TYPE_CHECKING:
     from pytest_harness.archive import ExportPolicy

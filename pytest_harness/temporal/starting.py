@@ -3,7 +3,7 @@
 The workflow holds the run (DESIGN §14); the client that starts it writes its first state:
 the record (task, input, principal, tenant, labels, session), status `running`, an empty
 run state, the `run_started` event and, for a run that records, the journal's `run.started`
-entry, whose payload (`started_payload`) is the one a local run journals.
+entry, whose payload (`runtime.journal.started_payload`) is the one a local run journals.
 """
 
 from __future__ import annotations
@@ -12,44 +12,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_harness.models.base import Message
-from pytest_harness.principal import Principal
 from pytest_harness.runtime.journal import draft
-from pytest_harness.runtime.plan import TaskPlan
 from pytest_harness.runtime.results import RunStatus
 from pytest_harness.runtime.state import RunState
-from pytest_harness.runtime.texts import tool_schemas
-from pytest_harness.spec.spec import Spec
 from pytest_harness.temporal.segment import journal_dict
 
-__all__ = ["first_snapshot", "started_payload"]
-
-
-def started_payload(
-    spec: Spec,
-    plan: TaskPlan,
-    input: str,
-    who: Principal,
-    tenant: str | None,
-    labels: Mapping[str, str],
-    idempotency_key: str | None,
-    history: list[Message],
-) -> dict[str, Any]:
-    """The payload of the run's `run.started` journal entry (as a local run's)."""
-    return {
-        "task": plan.name,
-        "input": input,
-        "principal": who.to_dict(),
-        "tenant": tenant,
-        "labels": dict(labels),
-        "idempotency_key": idempotency_key,
-        "spec": spec.document.name,
-        "spec_digest": spec.digest,
-        "history": list(history),
-        # kept once: every request of the run has this prompt and these schemas
-        "system": plan.spec.prompt,
-        "tool_schemas": tool_schemas(plan.schemas),
-    }
+__all__ = ["first_snapshot"]
 
 
 def first_snapshot(
