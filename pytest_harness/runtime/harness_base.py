@@ -165,6 +165,28 @@ class HarnessBase:
             raise UnknownTask(task, list(tasks))
         return plan
 
+    def _starting(
+        self,
+        task: str,
+        input: str,
+        principal: Principal | str,
+        tenant: str | None,
+        labels: Mapping[str, str] | None,
+    ) -> tuple[TaskPlan, Principal, str | None, dict[str, str]]:
+        """What starting a run checks and settles before anything is written (here or on Temporal).
+
+        The task's plan (`UnknownTask`), a string input (`TypeError`), the principal, whether
+        its live models may run, the tenant (the principal's when none is given) and the labels
+        (the task's, then `labels`).
+        """
+        plan = self._plan(task)
+        if not isinstance(input, str):
+            raise TypeError(f"input must be a string, got {type(input).__name__}")
+        who = as_principal(principal)
+        plan.check_live()
+        tenant_ = tenant if tenant is not None else who.tenant
+        return plan, who, tenant_, {**plan.spec.labels, **(labels or {})}
+
     async def _create(
         self,
         task: str,
@@ -182,14 +204,9 @@ class HarnessBase:
         In an existing session, the run takes the session's recording setting (saved with its
         first run); `history` replaces the conversation read from the session (replays).
         """
-        plan = self._plan(task)
-        if not isinstance(input, str):
-            raise TypeError(f"input must be a string, got {type(input).__name__}")
-        who = as_principal(principal)
-        plan.check_live()
+        plan, who, tenant_, merged_labels = self._starting(task, input, principal, tenant, labels)
         await self._open()
         run_id = f"run_{uuid4_hex()}"
-        merged_labels = {**plan.spec.labels, **(labels or {})}
         record = self.record
         earlier: list[RunRecord] = []
         if session_id is not None:
@@ -203,7 +220,6 @@ class HarnessBase:
                 if run.status == RunStatus.COMPLETED.value
                 for message in run.state.get("messages") or []
             ]
-        tenant_ = tenant if tenant is not None else who.tenant
         journal = []
         if record:
             started = started_payload(

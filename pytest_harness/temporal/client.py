@@ -124,17 +124,11 @@ class TemporalHarness(Harness):
         and the session's earlier conversation over `paging.PAYLOAD_LIMIT`) raises
         `PayloadTooLarge` and starts nothing.
         """
-        plan = self._plan(task)
-        if not isinstance(input, str):
-            raise TypeError(f"input must be a string, got {type(input).__name__}")
-        who = as_principal(principal)
-        plan.check_live()
+        plan, who, tenant_, merged = self._starting(task, input, principal, tenant, labels)
         await self._open()
         assert self._client is not None
         execution = self.spec.document.execution
         session = session_id or f"ses_{uuid.uuid4().hex}"
-        tenant_ = tenant if tenant is not None else who.tenant
-        merged = {**plan.spec.labels, **(labels or {})}
         for _ in range(_SLOT_TRIES):
             try:
                 run_id, history = await place(
