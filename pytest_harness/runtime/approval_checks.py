@@ -1,13 +1,15 @@
 """The checks on answers given to a run, and its result as stored.
 
-Who may answer an approval (`_check_approver`), whether it is still bound to the run's pending
-call (`_check_binding`), whether a call can be resolved (`_check_resolvable`), which open
-requests are moot (`_moot`); used by `Harness` and by the Temporal client alike.
+A decision's word (`_check_decision`), the approval answered (`_approval_row`), who may answer
+it (`_check_approver`), whether it is still bound to the run's pending call (`_check_binding`),
+how a `resolve()` settles a call (`_how_resolved`) and whether the call can be resolved
+(`_check_resolvable`), which open requests are moot (`_moot`); used by `Harness` and by the
+Temporal client alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pytest_harness.errors import ApprovalDenied, ResolutionError, UnknownExecutionKey
 from pytest_harness.principal import Principal
@@ -26,6 +28,55 @@ def _moot(rows: Iterable[ApprovalRow]) -> frozenset[str]:
     return frozenset(
         r.approval_id for r in rows if r.status == "pending" and r.execution_key in declined
     )
+
+
+def _check_decision(decision: str, run_id: str, approval_id: str) -> None:
+    """Raise unless `decision` is `approve` or `decline`."""
+    if decision not in ("approve", "decline"):
+        raise ResolutionError(
+            f"decision must be 'approve' or 'decline', got {decision!r} "
+            f"(run {run_id}, approval {approval_id})"
+        )
+
+
+def _approval_row(rows: Mapping[str, ApprovalRow], run_id: str, approval_id: str) -> ApprovalRow:
+    """The row of `approval_id` among the run's `rows` (by id).
+
+    `ResolutionError` when the run has no such approval, or when it is moot (another approval
+    declined its call).
+    """
+    row = rows.get(approval_id)
+    if row is None:
+        known = ", ".join(rows) or "none"
+        raise ResolutionError(
+            f"run {run_id} has no approval {approval_id!r} (its approvals: {known})"
+        )
+    if approval_id in _moot(rows.values()):
+        declined = next(
+            r
+            for r in rows.values()
+            if r.execution_key == row.execution_key and r.status == "decline"
+        )
+        raise ResolutionError(
+            f"approval {approval_id} of run {run_id} is moot: its call of {row.tool} was "
+            f"declined by {declined.approver} (approval {declined.approval_id})"
+        )
+    return row
+
+
+def _how_resolved(run_id: str, key: str, *, result: bool, retry: bool, abort: bool) -> str:
+    """Which of `result=`, `retry=True` and `abort=True` a `resolve()` gave.
+
+    `result` says whether it gave a `result=`; `ResolutionError` unless exactly one was given.
+    """
+    given = [name for name, on in (("result", result), ("retry", retry), ("abort", abort)) if on]
+    if len(given) != 1:
+        what = " and ".join(f"{g}=" for g in given) if given else "none of them"
+        raise ResolutionError(
+            f"resolve() takes exactly one of result=..., retry=True or abort=True; got "
+            f"{what} (run {run_id}, execution key {key})"
+        )
+    return given[0]
 
 
 def _check_resolvable(record: RunRecord, key: str) -> None:

@@ -12,9 +12,12 @@ from typing import Any, Literal
 from pytest_harness.errors import RecordingError, ResolutionError, RunBusy
 from pytest_harness.principal import Principal, as_principal
 from pytest_harness.runtime.approval_checks import (
+    _approval_row,
     _check_approver,
     _check_binding,
+    _check_decision,
     _check_resolvable,
+    _how_resolved,
     _moot,
     _result,
 )
@@ -56,32 +59,13 @@ class HarnessControl(HarnessBase):
         tenant, is not of that tenant (a principal without a tenant is not a wildcard);
         `ResolutionError` for an unknown approval or a second answer.
         """
-        if decision not in ("approve", "decline"):
-            raise ResolutionError(
-                f"decision must be 'approve' or 'decline', got {decision!r} "
-                f"(run {run_id}, approval {approval_id})"
-            )
+        _check_decision(decision, run_id, approval_id)
         who = as_principal(approver)
         await self._open()
         record = await self.store.get_run(run_id)
         rows = {row.approval_id: row for row in await self.store.approvals(run_id)}
-        row = rows.get(approval_id)
-        if row is None:
-            known = ", ".join(rows) or "none"
-            raise ResolutionError(
-                f"run {run_id} has no approval {approval_id!r} (its approvals: {known})"
-            )
+        row = _approval_row(rows, run_id, approval_id)
         answerable = (RunStatus.AWAITING_APPROVAL.value, RunStatus.PAUSED.value)
-        if approval_id in _moot(rows.values()):
-            declined = next(
-                r
-                for r in rows.values()
-                if r.execution_key == row.execution_key and r.status == "decline"
-            )
-            raise ResolutionError(
-                f"approval {approval_id} of run {run_id} is moot: its call of {row.tool} was "
-                f"declined by {declined.approver} (approval {declined.approval_id})"
-            )
         if row.status == "pending" and record.status not in answerable:
             raise ResolutionError(
                 f"run {run_id} is {record.status}, not awaiting approval; "
@@ -158,22 +142,14 @@ class HarnessControl(HarnessBase):
         `UnknownExecutionKey` for a key the run does not have; `RunBusy` while another worker
         holds the run.
         """
-        given = [
-            name
-            for name, on in (("result", result is not _UNSET), ("retry", retry), ("abort", abort))
-            if on
-        ]
-        if len(given) != 1:
-            what = " and ".join(f"{g}=" for g in given) if given else "none of them"
-            raise ResolutionError(
-                f"resolve() takes exactly one of result=..., retry=True or abort=True; got "
-                f"{what} (run {run_id}, execution key {execution_key})"
-            )
+        how = _how_resolved(
+            run_id, execution_key, result=result is not _UNSET, retry=retry, abort=abort
+        )
         by = None if resolver is None else as_principal(resolver).id
         await self._open()
         record = await self.store.get_run(run_id)
         _check_resolvable(record, execution_key)
-        return await self._drive(record, resolution=(execution_key, given[0], result, by))
+        return await self._drive(record, resolution=(execution_key, how, result, by))
 
     async def pause(self, run_id: str) -> RunResult:
         """Ask the run to pause: no new step or tool call starts, a running tool settles first.

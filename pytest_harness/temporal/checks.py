@@ -15,8 +15,10 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from pytest_harness.errors import HarnessError, ResolutionError
 from pytest_harness.principal import Principal
 from pytest_harness.runtime.approval_checks import (
+    _approval_row,
     _check_approver,
     _check_binding,
+    _check_decision,
     _check_resolvable,
     _moot,
 )
@@ -64,28 +66,9 @@ def _approval(snapshot: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
     run_id = record.run_id
     approval_id = answer["approval_id"]
     decision = answer["decision"]
-    if decision not in ("approve", "decline"):
-        raise ResolutionError(
-            f"decision must be 'approve' or 'decline', got {decision!r} "
-            f"(run {run_id}, approval {approval_id})"
-        )
+    _check_decision(decision, run_id, approval_id)
     rows = {row.approval_id: row for row in approval_rows(snapshot)}
-    row = rows.get(approval_id)
-    if row is None:
-        known = ", ".join(rows) or "none"
-        raise ResolutionError(
-            f"run {run_id} has no approval {approval_id!r} (its approvals: {known})"
-        )
-    if approval_id in _moot(rows.values()):
-        declined = next(
-            r
-            for r in rows.values()
-            if r.execution_key == row.execution_key and r.status == "decline"
-        )
-        raise ResolutionError(
-            f"approval {approval_id} of run {run_id} is moot: its call of {row.tool} was "
-            f"declined by {declined.approver} (approval {declined.approval_id})"
-        )
+    row = _approval_row(rows, run_id, approval_id)
     if row.status != "pending":
         raise ResolutionError(
             f"approval {approval_id} of run {run_id} was already answered: {row.status} by "

@@ -35,6 +35,7 @@ from pytest_harness.errors import (
 )
 from pytest_harness.principal import Principal, as_principal
 from pytest_harness.recording.model import Recording
+from pytest_harness.runtime.approval_checks import _how_resolved
 from pytest_harness.runtime.harness import Harness, RunHandle
 from pytest_harness.runtime.harness_control import _UNSET
 from pytest_harness.runtime.journal import started_payload
@@ -411,21 +412,13 @@ class TemporalHarness(Harness):
         resolver: Principal | str | None = None,
     ) -> RunResult:
         """Settle an uncertain call (the workflow's `resolve` update), then continue the run."""
-        given = [
-            name
-            for name, on in (("result", result is not _UNSET), ("retry", retry), ("abort", abort))
-            if on
-        ]
-        if len(given) != 1:
-            what = " and ".join(f"{g}=" for g in given) if given else "none of them"
-            raise ResolutionError(
-                f"resolve() takes exactly one of result=..., retry=True or abort=True; got "
-                f"{what} (run {run_id}, execution key {execution_key})"
-            )
+        given = _how_resolved(
+            run_id, execution_key, result=result is not _UNSET, retry=retry, abort=abort
+        )
         by = None if resolver is None else as_principal(resolver).id
         how = {
             "key": execution_key,
-            "how": given[0],
+            "how": given,
             "value": None if result is _UNSET else result,
             "by": by,
         }
