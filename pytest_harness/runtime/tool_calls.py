@@ -21,12 +21,29 @@ from pytest_harness.store.base import EventDraft, StoredArtifact
 from pytest_harness.tools.context import ToolContext
 
 if TYPE_CHECKING:
+    from pytest_harness.store.base import Store
     from pytest_harness.tools.registry import ToolOutcome
 
 
-__all__ = ["ToolCalls"]
+__all__ = ["ToolCalls", "keep_artifacts"]
 
 _UNSET: Any = object()
+
+
+async def keep_artifacts(store: Store, outcome: ToolOutcome) -> None:
+    """Keep the bytes of the artifacts `outcome` carries in `store`, by SHA-256.
+
+    A recorded run's journal refers to them; a local driver and a Temporal worker alike.
+    """
+    for artifact in outcome.artifacts:
+        await store.put_artifact(
+            StoredArtifact(
+                sha256=artifact.sha256,
+                media_type=artifact.media_type,
+                data=artifact.data,
+                name=artifact.name,
+            )
+        )
 
 
 class ToolCalls(DriverBase):
@@ -138,15 +155,7 @@ class ToolCalls(DriverBase):
         )
         outcome = await self._call_tool(tool, call, context)
         if journal.recording:
-            for artifact in outcome.artifacts:
-                await self.ctx.store.put_artifact(
-                    StoredArtifact(
-                        sha256=artifact.sha256,
-                        media_type=artifact.media_type,
-                        data=artifact.data,
-                        name=artifact.name,
-                    )
-                )
+            await keep_artifacts(self.ctx.store, outcome)
             journal.note(
                 "tool.returned" if outcome.ok else "tool.failed",
                 {

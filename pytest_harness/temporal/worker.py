@@ -30,7 +30,7 @@ from pytest_harness.evals.online import OnlineEvals
 from pytest_harness.principal import Principal
 from pytest_harness.runtime.harness import Harness
 from pytest_harness.runtime.retrying import FirstEvent, first_event, first_event_message
-from pytest_harness.store.base import StoredArtifact
+from pytest_harness.runtime.tool_calls import keep_artifacts
 from pytest_harness.temporal.answers import answer_of, request_of
 from pytest_harness.temporal.client import connect
 from pytest_harness.temporal.conversation import UNKNOWN, Conversations
@@ -221,15 +221,7 @@ class _Activities:
                 tool.invoke(call["args"], context, overall_timeout=remaining),
             )
         if payload.get("record"):  # the journal refers to them; the worker's store keeps them
-            for artifact in outcome.artifacts:
-                await self.harness.store.put_artifact(
-                    StoredArtifact(
-                        sha256=artifact.sha256,
-                        media_type=artifact.media_type,
-                        data=artifact.data,
-                        name=artifact.name,
-                    )
-                )
+            await keep_artifacts(self.harness.store, outcome)
         answer = {
             "outcome": wire_outcome(outcome.to_dict()),
             "seconds": time.monotonic() - started,
