@@ -23,7 +23,14 @@ from pytest_harness.redaction import redact, stable_ids
 from pytest_harness.runtime.trace import Trace
 from pytest_harness.store.base import JournalEntry, RunRecord, Store
 
-__all__ = ["DERIVED_FROM", "ApprovalDecision", "ModelTurn", "Recording", "ToolResult"]
+__all__ = [
+    "DERIVED_FROM",
+    "STORED_FROM",
+    "ApprovalDecision",
+    "ModelTurn",
+    "Recording",
+    "ToolResult",
+]
 
 
 REQUEST_PARTS = ("system", "tools", "messages")
@@ -42,7 +49,11 @@ DERIVED_FROM: frozenset[str] = frozenset(
     }
 )
 """The journal kinds `Recording.from_journal` reads; a journal of these alone gives the same
-recording (a replay keeps no others of its own run)."""
+recording."""
+
+STORED_FROM: frozenset[str] = DERIVED_FROM - {"checkpoint"}
+"""The journal kinds `Recording.from_store` reads: it takes the outcome from the run's state,
+never from a `checkpoint` entry (a replay keeps no others of its own run)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,7 +214,9 @@ class Recording:
             error=final.get("error"),
             limit=final.get("limit"),
             usage=dict(final.get("usage") or {}),
-            trace=Trace.from_list(list(final.get("trace") or [])),
+            # built when first read (a replay's own recording mostly never is); the entries
+            # are the journal's or the state's, read for this recording alone
+            trace=Trace._of_state(list(final.get("trace") or [])),
             run_id=run_id,
         )
 
@@ -248,47 +261,26 @@ class Recording:
 
         return write_recording(self, Path(path), overwrite=overwrite)
 
-    def redacted(self, *, known: Mapping[str, tuple[Any, Any]] | None = None) -> Recording:
+    def redacted(self) -> Recording:
         """A copy with credentials redacted in every field, consistently (DESIGN §6).
 
         Credential-shaped keys and secret shapes in free text, in the input, principal,
         labels, history, model turns, tool calls and results, approvals (arguments, approver
         and reason), output, error and trace: everything a golden file or a report shows.
         Redaction is idempotent, so the copy's own `redacted()` is the copy itself.
-
-        `known` maps `system`, `tool_schemas` or `trace` to a value and its redacted form,
-        already worked out: a field equal to the value takes that form (redaction is
-        deterministic), as a replay does with the parts it shares with its recording.
         """
         if self._redacted:
             return self
-        known = known or {}
-
-        def reuse(name: str, value: Any) -> tuple[bool, Any]:
-            pair = known.get(name)
-            if pair is not None and pair[0] == value:
-                return True, pair[1]
-            return False, None
-
-        found, system = reuse("system", self.system)
-        if not found:
-            system = redact(self.system)
-        found, tool_schemas = reuse("tool_schemas", self.tool_schemas)
-        if not found:
-            tool_schemas = (
-                None if self.tool_schemas is None else tuple(redact(list(self.tool_schemas)))
-            )
-        found, trace = reuse("trace", self.trace)
-        if not found:
-            trace = Trace.from_list(redact(self.trace.to_list()))
         done = replace(
             self,
             input=redact(self.input),
             principal=redact(self.principal),
             labels=redact(self.labels),
             history=tuple(redact(list(self.history))),
-            system=system,
-            tool_schemas=tool_schemas,
+            system=redact(self.system),
+            tool_schemas=(
+                None if self.tool_schemas is None else tuple(redact(list(self.tool_schemas)))
+            ),
             model_turns=tuple(
                 replace(
                     t,
@@ -312,7 +304,7 @@ class Recording:
             ),
             output=redact(self.output),
             error=None if self.error is None else redact(self.error),
-            trace=trace,
+            trace=Trace.from_list(redact(self.trace.to_list())),
             grades=tuple(redact([dict(g) for g in self.grades])),
         )
         object.__setattr__(done, "_redacted", True)

@@ -11,9 +11,9 @@ rejects gets `invalid_arguments`, a tool no longer in the task gets the live run
 outcome. With `tools="safe"`, tools whose replay policy is `safe` really run and their results
 are compared with the recorded ones (a changed `tool` decision when they differ).
 
-The twin records only what its own recording is derived from (`recording.model.DERIVED_FROM`),
+The twin records only what its own recording is read from (`recording.model.STORED_FROM`),
 and, since nothing ever resumes it, commits an attempt's start together with its outcome; the
-report redacts what it shows of the recorded run, and the replay's recording once.
+report redacts only what it shows, and what is the same on both sides is not redacted twice.
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from pytest_harness.errors import ApprovalDenied, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
 from pytest_harness.principal import Principal
-from pytest_harness.recording.model import DERIVED_FROM, Recording
+from pytest_harness.recording.model import STORED_FROM, Recording
 from pytest_harness.redaction import comparable, redact
 from pytest_harness.replay.report import (
+    DecisionChange,
     Divergence,
     ReplayReport,
     diff_decisions,
@@ -97,7 +98,7 @@ async def replay(
         tasks={plan.name: twin_plan},
         record=True,
         keep_requests=False,  # the replay's recording is compared and saved by digest only
-        journal_kinds=DERIVED_FROM,  # and its journal keeps what that recording is made of
+        journal_kinds=STORED_FROM,  # and its journal keeps what that recording is read from
         durable=False,  # nothing resumes it: an attempt's start goes with its outcome
         hooks=False,  # not a run of the app's: plugins counting runs never see it
     )
@@ -131,31 +132,25 @@ async def replay(
             )
             result = await twin.result(record.run_id)
         replayed = await Recording.from_store(twin.store, record.run_id)
-    # A report leaves the store: both sides are compared and shown redacted (DESIGN §6).
-    # The replay's recording is redacted once, taking the parts equal to its recording's in
-    # the form they were redacted to for the report (redaction is deterministic).
-    shown = _shown(recording)
-    known: dict[str, tuple[Any, Any]] = {
-        "system": (recording.system, shown.system),
-        "tool_schemas": (recording.tool_schemas, shown.tool_schemas),
-    }
-    recorded_trace, replayed_trace = recording.trace, result.trace
-    if tools is not None:
-        # Real tool results are raw, a golden file's are redacted: compare both redacted.
-        # (Without real tools every value of the replay comes from the recording itself.)
-        recorded_trace = Trace.from_list(comparable(recorded_trace.to_list()))
-        replayed_trace = Trace.from_list(comparable(replayed_trace.to_list()))
-    else:
-        recorded_trace = Trace.from_list(redact(recorded_trace.to_list()))
-        known["trace"] = (recording.trace, recorded_trace)
-    replayed_shown = replayed.redacted(known=known)
-    if tools is None:
-        if replayed.trace == replayed_trace:  # the same trace, redacted with its recording
-            replayed_trace = replayed_shown.trace
-        else:
-            replayed_trace = Trace.from_list(redact(replayed_trace.to_list()))
-    decisions = () if divergence else diff_decisions(recorded_trace, replayed_trace)
-    requests = request_changes(shown, replayed_shown, tape.requests)
+    # A report leaves the store: what it shows of either side is redacted (DESIGN §6), and
+    # values are compared redacted. Redaction is deterministic: values equal before it are
+    # equal after it, so what is the same on both sides is neither redacted nor diffed.
+    recorded_output = redact(recording.output)
+    output = recorded_output if result.output == recording.output else redact(result.output)
+    decisions: tuple[DecisionChange, ...] = ()  # none are compared when the replay stopped
+    if divergence is None and tools is not None:
+        # Real tool results are raw, a golden file's are redacted: compare both redacted,
+        # with generated ids made stable.
+        decisions = diff_decisions(
+            Trace.from_list(comparable(recording.trace.to_list())),
+            Trace.from_list(comparable(result.trace.to_list())),
+        )
+    elif divergence is None and result.trace != recording.trace:
+        decisions = diff_decisions(
+            Trace.from_list(redact(recording.trace.to_list())),
+            Trace.from_list(redact(result.trace.to_list())),
+        )
+    requests = request_changes(recording, replayed, tape.requests)
     not_regraded: tuple[str, ...] = ()
     if harness.evals is not None and divergence is None:  # graders in the gate (evals/)
         from pytest_harness.evals.replay import regrade
@@ -163,15 +158,15 @@ async def replay(
         grading = await regrade(harness, recording, result)
         decisions += grading.changes
         not_regraded = grading.not_regraded
-        replayed_shown = replace(replayed, grades=grading.grades).redacted(known=known)
-    output = redact(result.output)
+        replayed = replace(replayed, grades=grading.grades)
+    own = replace(replayed, run_id=None, source=recording.source)
     return ReplayReport(
         task=recording.task,
         run_id=recording.run_id,
         source=None if recording.source is None else str(recording.source),
         status=(recording.status, result.status.value),
-        output=(shown.output, output),
-        output_diff=() if divergence else output_diff(shown.output, output),
+        output=(recorded_output, output),
+        output_diff=() if divergence else output_diff(recorded_output, output),
         decisions=decisions,
         model_requests_changed=(requests.changed, tape.requests),
         requests_explained=requests.explained,
@@ -179,24 +174,7 @@ async def replay(
         model_answers_used=(tape.turns_used, len(tape.turns)),
         divergence=divergence,
         not_regraded=not_regraded,
-        replayed=replace(replayed_shown, run_id=None, source=recording.source),
-    )
-
-
-def _shown(recording: Recording) -> Recording:
-    """The recording with what a report shows of it redacted: output, prompt, tool schemas.
-
-    The rest of it (model answers, whole requests, tool results) is never shown by the report,
-    and the request digests it compares were taken over redacted requests already; a whole
-    `redacted()` copy would only cost the replay time.
-    """
-    return replace(
-        recording,
-        output=redact(recording.output),
-        system=redact(recording.system),
-        tool_schemas=(
-            None if recording.tool_schemas is None else tuple(redact(list(recording.tool_schemas)))
-        ),
+        replayed=own.redacted,  # redacted when first read: most reports are never saved
     )
 
 

@@ -136,7 +136,16 @@ class ReplayReport:
     """Online eval graders the replay did not re-grade (live judges), with their recorded
     grade; a grader that did re-grade and now fails is a changed `grader` decision."""
     replayed: Any = field(default=None, compare=False, repr=False)
-    """The replay's own `Recording` (what `--update-recordings` writes)."""
+    """The replay's own `Recording` (what `--update-recordings` writes), redacted; or a
+    function that gives it, called when it is first read (most reports are never saved)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if name != "replayed" or not callable(value):
+            return value
+        value = value()
+        object.__setattr__(self, "replayed", value)
+        return value
 
     @property
     def diverged(self) -> str | None:

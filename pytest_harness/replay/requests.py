@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_harness.recording.model import REQUEST_PARTS, Recording
-from pytest_harness.redaction import comparable
+from pytest_harness.redaction import comparable, redact
 
 __all__ = ["RequestChanges", "request_changes"]
 
@@ -34,7 +34,8 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
     """Compare the replay's requests with the recorded ones, turn by turn.
 
     `asked` is how many requests the replay made: one past the end of the recording (where
-    the replay diverged) counts as changed even though it was never recorded.
+    the replay diverged) counts as changed even though it was never recorded. What the result
+    shows of the prompts and tool schemas is redacted here (only a changed part is shown).
     """
     before, after = recording.model_turns, replayed.model_turns
     changed = 0
@@ -61,8 +62,9 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
     prompt_diff: tuple[str, ...] = ()
     if "system" in parts:
         if recording.system is not None and replayed.system is not None:
-            prompt_diff = _unified(recording.system, replayed.system)
-            n = _lines_changed(recording.system, replayed.system)
+            before, after = redact(recording.system), redact(replayed.system)
+            prompt_diff = _unified(before, after)
+            n = _lines_changed(before, after)
             explained.append(f"system prompt: {n} line{'' if n == 1 else 's'} changed")
         else:
             explained.append("system prompt")
@@ -96,8 +98,8 @@ def _tools_changed(
     """The tools whose schema changed, then those that appeared (new), then those that went."""
     if before is None or after is None:
         return []
-    old = {str(t.get("name")): comparable(dict(t)) for t in before}
-    new = {str(t.get("name")): comparable(dict(t)) for t in after}
+    old = {str(t.get("name")): comparable(dict(t)) for t in redact(list(before))}
+    new = {str(t.get("name")): comparable(dict(t)) for t in redact(list(after))}
     names = [n for n in new if n in old and old[n] != new[n]]
     names += [f"{n} (new)" for n in new if n not in old]
     names += [f"{n} (removed)" for n in old if n not in new]

@@ -263,7 +263,7 @@ class DriverBase:
         run_id = self.record.run_id
         state = self._state_text.prepared(self.state.to_dict())
         checkpoint = None
-        if status is not RunStatus.RUNNING and self.journal.recording:
+        if status is not RunStatus.RUNNING and self.journal.keeps("checkpoint"):
             trace = state["trace"]
             checkpoint = composed(
                 {

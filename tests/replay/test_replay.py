@@ -6,7 +6,7 @@ import pytest
 
 import pytest_harness as ph
 from pytest_harness.errors import ArchiveError
-from pytest_harness.recording.model import DERIVED_FROM, Recording
+from pytest_harness.recording.model import DERIVED_FROM, STORED_FROM, Recording
 
 pytestmark = pytest.mark.asyncio
 
@@ -339,6 +339,10 @@ async def test_a_replay_keeps_only_the_journal_its_recording_is_made_of(app) -> 
     whole = Recording.from_journal(entries, record=record)
     assert Recording.from_journal(kept, record=record) == whole
     assert Recording.from_journal(kept) == Recording.from_journal(entries)  # by checkpoint
+    # with the run's state (from_store), the outcome comes from it: no checkpoint is read
+    assert "checkpoint" in kinds and "checkpoint" not in STORED_FROM
+    stored = [e for e in entries if e.kind in STORED_FROM]
+    assert Recording.from_journal(stored, record=record) == whole
     # the replay's own recording, from a journal of those kinds only, is the recorded one
     assert report.same, report.render()
     assert report.replayed.to_dict() == whole.redacted().to_dict()
