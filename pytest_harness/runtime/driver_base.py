@@ -87,8 +87,9 @@ class DriveContext:
     journal_kinds: frozenset[str] | None = None
     """The journal entry kinds a recorded run keeps (None: all of them)."""
     durable: bool = True
-    """Commit a recorded attempt's start before the model is asked. A replay's twin, on a
-    private memory store nothing resumes from, sends it with the attempt's outcome instead."""
+    """Commit a recorded attempt's start before the model is asked, and a tool call's dispatch
+    before the tool runs. A replay's twin, on a private memory store nothing resumes from,
+    sends each with its outcome instead (a dispatch whose tool raised, right after it)."""
     hooks: bool = True
     """Tell the `harness_checkpoint` hooks of each committed boundary (a replay's twin, a
     private run of a recording, tells none)."""

@@ -115,19 +115,15 @@ class ToolCalls(DriverBase):
                 attempt_id=call["attempt_id"],
                 execution_key=call["key"],
             )
-        await self._commit(
-            [
-                EventDraft(
-                    "tool_call_start",
-                    {
-                        "execution_key": call["key"],
-                        "tool": call["name"],
-                        "attempt": call["attempt"],
-                    },
-                )
-            ],
-            phase=Boundary.TOOL_DISPATCHED,
+        started = EventDraft(
+            "tool_call_start",
+            {"execution_key": call["key"], "tool": call["name"], "attempt": call["attempt"]},
         )
+        durable = self.ctx.durable
+        if durable:
+            await self._commit([started], phase=Boundary.TOOL_DISPATCHED)
+        else:  # a replay's twin: nothing resumes it, so the dispatch goes with the result
+            self._pending.append(started)
         if self.control is not None and previous != "dispatched":
             # Asked to stop before the tool started: undo the dispatch, so a resumed run
             # dispatches it afresh instead of treating it as interrupted.
@@ -153,7 +149,12 @@ class ToolCalls(DriverBase):
             principal=self.principal,
             attempt=call["attempt"],
         )
-        outcome = await self._call_tool(tool, call, context)
+        try:
+            outcome = await self._call_tool(tool, call, context)
+        except BaseException:
+            if not durable:  # the store is left as a durable drive leaves it (a replay's report)
+                await self._commit([], phase=Boundary.TOOL_DISPATCHED)
+            raise
         if journal.recording:
             await keep_artifacts(self.ctx.store, outcome)
             journal.note(
