@@ -29,9 +29,11 @@ def code_stamp(modules: Iterable[str], libraries: Iterable[str]) -> list[Any]:
 
 
 def library_stamp(name: str) -> list[Any]:
-    """An installed library's files (name, size, mtime), found without importing it.
+    """An installed library's place and files (name, size, mtime), found without importing it.
 
-    A package: every file in its folder; a module: its file; not installed: `[name, None]`.
+    A package: its folder and every entry directly in it (a subfolder by its own mtime); a
+    module: its file; not installed: `[name, None]`. The place counts too, so a library
+    installed elsewhere (another environment, where mtimes may be normalised) is a miss.
     """
     import importlib.util
 
@@ -50,7 +52,7 @@ def library_stamp(name: str) -> list[Any]:
         paths = [os.path.join(folder, e) for e in files]
     else:
         paths = [found.origin]
-    return [name, *(_file_stamp(path, os.path.basename(path)) for path in paths)]
+    return [name, found.origin, *(_file_stamp(path, os.path.basename(path)) for path in paths)]
 
 
 def _file_stamp(path: str, name: str) -> list[Any]:

@@ -149,3 +149,28 @@ def test_an_edited_docstring_or_a_bad_entry_is_a_miss(tmp_path: Path) -> None:
     other = Tool("plain", edited, cache=cache)
     assert other._adapter is not None
     assert other.schema.description == "Another description."
+
+
+def test_the_same_library_installed_elsewhere_is_a_miss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a deriving library is installed is in the key: equal files elsewhere still miss
+    (environments that normalise mtimes would otherwise tell an upgrade by sizes alone)."""
+    from pytest_harness.tools import plain as plain_module
+
+    for where in ("one", "two"):
+        lib = tmp_path / where / "stand_in_lib"
+        lib.mkdir(parents=True)
+        for name in ("__init__.py", "fields.py"):
+            (lib / name).write_text("X = 1\n", encoding="utf-8")
+            os.utime(lib / name, ns=(1_000_000_000, 1_000_000_000))
+        os.utime(lib, ns=(1_000_000_000, 1_000_000_000))
+    monkeypatch.setattr(plain_module, "_LIBRARIES", (*plain_module._LIBRARIES, "stand_in_lib"))
+    cache = SchemaCache(tmp_path / "cache")
+    monkeypatch.syspath_prepend(str(tmp_path / "one"))
+    monkeypatch.setattr(plain_module, "_STAMP", None)
+    assert Tool("plain", plain, cache=cache)._adapter is not None  # derived, then written
+    assert Tool("plain", plain, cache=cache)._adapter is None
+    monkeypatch.syspath_prepend(str(tmp_path / "two"))
+    monkeypatch.setattr(plain_module, "_STAMP", None)  # a new process, another environment
+    assert Tool("plain", plain, cache=cache)._adapter is not None
