@@ -12,8 +12,10 @@ outcome. With `tools="safe"`, tools whose replay policy is `safe` really run and
 are compared with the recorded ones (a changed `tool` decision when they differ).
 
 The twin records only what its own recording is read from (`recording.model.STORED_FROM`),
-and, since nothing ever resumes it, commits an attempt's start together with its outcome; the
-report redacts only what it shows, and what is the same on both sides is not redacted twice.
+and, since nothing ever resumes it, commits an attempt's start together with its outcome and a
+tool call's dispatch together with its result (at once when the tool raised, so a diverged
+report reads the store a durable drive would leave); the report redacts only what it shows, and
+what is the same on both sides is not redacted twice.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pytest_harness.recording.model import STORED_FROM, Recording
 from pytest_harness.redaction import comparable, redact
 from pytest_harness.replay.report import (
     DecisionChange,
+    Deferred,
     Divergence,
     ReplayReport,
     diff_decisions,
@@ -174,7 +177,7 @@ async def replay(
         model_answers_used=(tape.turns_used, len(tape.turns)),
         divergence=divergence,
         not_regraded=not_regraded,
-        replayed=own.redacted,  # redacted when first read: most reports are never saved
+        replayed=Deferred(own.redacted),  # redacted when first read: most are never saved
     )
 
 

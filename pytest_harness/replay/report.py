@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ from pytest_harness.runtime.trace import Decision
 __all__ = [
     "FAIL_ON",
     "DecisionChange",
+    "Deferred",
     "Divergence",
     "FieldDiff",
     "ReplayReport",
@@ -107,6 +108,18 @@ class Divergence:
         }
 
 
+class Deferred:
+    """A report field's value, made when the field is first read (`ReplayReport.replayed`).
+
+    Only this class is deferred: any other value, callable or not, is the field's value.
+    """
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplayReport:
     """How a replay compares with its recording (DESIGN §6)."""
@@ -136,14 +149,14 @@ class ReplayReport:
     """Online eval graders the replay did not re-grade (live judges), with their recorded
     grade; a grader that did re-grade and now fails is a changed `grader` decision."""
     replayed: Any = field(default=None, compare=False, repr=False)
-    """The replay's own `Recording` (what `--update-recordings` writes), redacted; or a
-    function that gives it, called when it is first read (most reports are never saved)."""
+    """The replay's own `Recording` (what `--update-recordings` writes), redacted. The
+    replayer passes it as a `Deferred`, made when first read (most reports are never saved)."""
 
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
-        if name != "replayed" or not callable(value):
+        if name != "replayed" or type(value) is not Deferred:
             return value
-        value = value()
+        value = value.make()
         object.__setattr__(self, "replayed", value)
         return value
 

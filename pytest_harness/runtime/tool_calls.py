@@ -1,7 +1,8 @@
 """Carrying a model answer's calls to their outcomes: dispatch, invoke, settle, resolve.
 
 `ToolCalls` is the part of the run loop (`runtime.engine.Driver`) that commits each call's
-dispatch before the tool runs and its result right after, recovers a call a stopped worker
+dispatch before the tool runs and its result right after (a replay's twin, which nothing
+resumes, commits both together), recovers a call a stopped worker
 left dispatched (DESIGN §5), settles calls that will not run, resolves uncertain ones, and
 turns the outcomes into tool messages through the tool-result guards.
 """
@@ -151,9 +152,12 @@ class ToolCalls(DriverBase):
         )
         try:
             outcome = await self._call_tool(tool, call, context)
-        except BaseException:
+        except Exception as exc:
             if not durable:  # the store is left as a durable drive leaves it (a replay's report)
-                await self._commit([], phase=Boundary.TOOL_DISPATCHED)
+                try:
+                    await self._commit([], phase=Boundary.TOOL_DISPATCHED)
+                except Exception as failed:  # the tool's error is what happened: it goes on
+                    exc.add_note(f"and committing its dispatch after it failed: {failed!r}")
             raise
         if journal.recording:
             await keep_artifacts(self.ctx.store, outcome)
@@ -194,9 +198,10 @@ class ToolCalls(DriverBase):
     async def _call_tool(
         self, tool: PlanTool, call: dict[str, Any], context: ToolContext
     ) -> ToolOutcome:
-        """Invoke a dispatched call (its dispatch is committed) and return its outcome.
+        """Invoke a dispatched call and return its outcome.
 
-        The seam of Temporal execution (`pytest_harness.temporal`): its driver raises
+        Its dispatch is committed first, except in a replay's twin, where it goes with the
+        outcome. The seam of Temporal execution (`pytest_harness.temporal`): its driver raises
         `ToolHandoff` here, and the call runs as an activity instead.
         """
         return await tool.invoke(call["args"], context, overall_timeout=self._remaining())

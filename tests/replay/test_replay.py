@@ -258,9 +258,49 @@ state: {record: true}
     assert "[REDACTED]" in text
     report = await replay_file(app, tmp_path / "r.yaml")
     assert report.same, report.render()
+    # the tool really runs again: its raw result differs from the golden's redacted one, and
+    # the replay's own recording (what --update-recordings writes) is redacted in memory too
+    app.spec.write_text(
+        app.spec.read_text().replace('"secret_tools:login"}', '"secret_tools:login", replay: safe}')
+    )
+    async with ph.load(app.spec) as harness:
+        ran = await harness.replay(tmp_path / "r.yaml", tools="safe")
+    assert ran.same, ran.render()
+    kept = repr(ran.replayed.to_dict())
+    for secret in ("hunter2", "tok-123", "k-9"):
+        assert secret not in kept
     import sys
 
     sys.modules.pop("secret_tools", None)
+
+
+async def test_a_changed_decision_is_shown_redacted(app) -> None:
+    # a run replayed from the store, unredacted (a token in the call's arguments and in the
+    # tool's result); today a rule denies that tool: the changed decision is shown, the token
+    # is not
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2"
+    write(app, script=SCRIPT.replace("{order_id: A-1}}", f"{{order_id: {token}}}}}", 1))
+    async with ph.load(app.spec) as harness:
+        waiting = await harness.run("orders", "Refund A-1", principal="ann")
+        done = await harness.approve(
+            waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+        )
+        recording = await Recording.from_store(harness.store, done.run_id)
+    assert token in repr(recording.trace.to_list())
+    write(
+        app,
+        SPEC.replace('when: tool == "delete_account"', 'when: tool == "lookup_order"'),
+        SCRIPT.replace("{order_id: A-1}}", f"{{order_id: {token}}}}}", 1),
+    )
+    async with ph.load(app.spec) as harness:
+        report = await harness.replay(recording)
+    assert [(d.change, d.kind, d.key) for d in report.decisions] == [
+        ("added", "rule", "R2"),
+        ("changed", "tool", "lookup_order"),
+    ], report.render()
+    assert "[REDACTED]" in report.render()
+    assert token not in report.render()
+    assert token not in repr(report.decisions)
 
 
 async def test_save_never_overwrites_unless_asked(app, tmp_path) -> None:
@@ -364,3 +404,22 @@ async def test_a_replay_keeps_only_the_journal_its_recording_is_made_of(app) -> 
     # the replay's own recording, from a journal of those kinds only, is the recorded one
     assert report.same, report.render()
     assert report.replayed.to_dict() == whole.redacted().to_dict()
+
+
+async def test_only_a_deferred_report_field_is_made_when_read() -> None:
+    from pytest_harness.replay.report import Deferred, ReplayReport
+
+    made: list[int] = []
+
+    def make() -> str:
+        made.append(1)
+        return "made"
+
+    def kept() -> str:  # a callable value is a value, not a recipe
+        raise AssertionError("called")
+
+    fields = {"task": "t", "run_id": "r", "status": ("completed",) * 2, "output": ("o",) * 2}
+    deferred = ReplayReport(**fields, replayed=Deferred(make))
+    assert made == []
+    assert (deferred.replayed, deferred.replayed, made) == ("made", "made", [1])
+    assert ReplayReport(**fields, replayed=kept).replayed is kept
