@@ -174,6 +174,8 @@ async def test_approver_refused_today_does_not_count(app, tmp_path) -> None:
 
 
 async def test_tool_call_never_recorded_diverges(app, tmp_path) -> None:
+    """The twin commits a tool's dispatch with its result, but a tool that raised (diverged)
+    still leaves the store as a durable drive would: the model turn asking for it is kept."""
     script = "[{call: delete_account, args: {user: ann}}, {say: 'I cannot.'}]"
     write(app, script=script)
     async with ph.load(app.spec) as harness:
@@ -185,21 +187,6 @@ async def test_tool_call_never_recorded_diverges(app, tmp_path) -> None:
     assert report.failed(()) and not report.same
     assert report.render().startswith("diverged: recording")
     assert report.divergence.actual == {"name": "delete_account", "args": {"user": "ann"}}
-
-
-async def test_a_replay_diverged_at_a_tool_reports_the_turn_that_asked_for_it(
-    app, tmp_path
-) -> None:
-    """The twin commits a tool's dispatch with its result, but a tool that raised (diverged)
-    still leaves the store as a durable drive would: the model turn asking for it is kept."""
-    script = "[{call: delete_account, args: {user: ann}}, {say: 'I cannot.'}]"
-    write(app, script=script)
-    async with ph.load(app.spec) as harness:
-        done = await harness.run("orders", "delete me", principal="ann")
-        (await Recording.from_store(harness.store, done.run_id)).save(tmp_path / "d.yaml")
-    write(app, SPEC.replace("rules: [R1, R2]", "rules: [R1]"), script=script)
-    report = await replay_file(app, tmp_path / "d.yaml")
-    assert report.diverged == "tool call delete_account was never recorded at all"
     assert report.model_requests_changed == (0, 1)
     assert [t.answer["calls"][0]["name"] for t in report.replayed.model_turns] == ["delete_account"]
     assert report.status == ("completed", "running")
