@@ -21,6 +21,7 @@ from tests.temporal.helpers import make_spec
 def test_hosting_a_spec_from_the_cache_compiles_its_rules_before_any_workflow_task(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("HARNESS_NO_SPEC_CACHE", raising=False)  # this is the cache's path
     spec = make_spec(tmp_path, "127.0.0.1:7233")
     ph.load(spec)  # checks the files, writes the cache entry
     harness = ph.load(spec)  # a worker's load: from the entry, nothing compiled yet
