@@ -1,8 +1,8 @@
 """The live providers against a real HTTP server on 127.0.0.1 that speaks both wire formats.
 
-The server (`conftest.ModelServer`) answers each request with the next queued reply; no traffic
-leaves the loopback interface. `test_wire_shapes.py` has the answers shaped after the providers'
-API references (thinking blocks, errors inside a 200, truncation, reasoning usage).
+The server (`tests.model_server.ModelServer`) answers each request with the next queued reply;
+no traffic leaves the loopback interface. `test_wire_shapes.py` has the answers shaped after the
+providers' API references (thinking blocks, errors inside a 200, truncation, reasoning usage).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pytest_harness.models.base import (
 )
 from pytest_harness.models.http import BACKOFF_CAP, HttpProvider, backoff_delay, parse_retry_after
 from pytest_harness.models.wire import iter_sse, parse_arguments
+from tests.model_server import Reply
 
 from .conftest import (
     ANTHROPIC,
@@ -40,7 +41,6 @@ from .conftest import (
     OPENAI,
     WIRES,
     ModelServer,
-    Reply,
     Wire,
     anthropic_body,
     anthropic_stream,

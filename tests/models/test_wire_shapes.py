@@ -21,8 +21,9 @@ from pytest_harness.models.anthropic import AnthropicProvider
 from pytest_harness.models.base import ModelResponse
 from pytest_harness.models.http import HttpProvider
 from pytest_harness.runtime.truncation import CONTINUE_PROMPT
+from tests.model_server import Reply
 
-from .conftest import ANTHROPIC, KEY, KEY_ENV, OPENAI, ModelServer, Reply, fails, request
+from .conftest import ANTHROPIC, KEY, KEY_ENV, OPENAI, ModelServer, fails, request
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.harness(allow_live=True)]
 
