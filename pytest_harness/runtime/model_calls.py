@@ -108,11 +108,12 @@ class ModelCalls(DriverBase):
         for this run (`RetryClock`); each retry's failed attempt is committed (`model.failed`)
         with its wait charged before the wait starts. Then, or at once for another error, the
         next fallback model is asked. A `refusal` fails the run: another model would not make
-        the request acceptable.
+        the request acceptable. A model whose live calls are refused here (`_check_live`) fails
+        the run with `LiveModelBlocked` before it is asked.
         """
         last: ModelError | None = None
         for link in self.plan.models:
-            check_live(link.provider, link.name)
+            self._check_live(link)
             clock = self._clock(link.name)
             retry_clock = RetryClock(
                 link.provider,
@@ -136,6 +137,15 @@ class ModelCalls(DriverBase):
         assert last is not None
         tried = ", ".join(link.name for link in self.plan.models)
         raise ModelError(last.kind, f"every model failed (tried {tried}); last error: {last}")
+
+    def _check_live(self, link: ModelLink) -> None:
+        """Raise `LiveModelBlocked` when this process may not call `link`'s live provider.
+
+        The seam of Temporal execution: there the provider is called by the `harness_model`
+        activity, whose worker checks each attempt, and the run loop (workflow code, which
+        must not read its process's settings) checks nothing.
+        """
+        check_live(link.provider, link.name)
 
     async def _attempts(
         self, link: ModelLink, retry_clock: RetryClock, clock: dict[str, float]

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     import pytest_harness.temporal.checks as checks
     import pytest_harness.temporal.conversation as conversation
     import pytest_harness.temporal.paging as paging
+    from pytest_harness.errors import LiveModelBlocked
     from pytest_harness.models.base import ModelRequest
     from pytest_harness.runtime.driver_base import AttemptLost
     from pytest_harness.runtime.plan import ModelLink
@@ -108,7 +109,9 @@ async def ask_model(
 
     Tried once (the engine retries and falls back itself); an attempt lost with its worker
     (heartbeat or start-to-close timeout, a worker that shut down) raises `AttemptLost`; a
-    failure of the activity itself (another spec digest) ends the run `failed` with its type.
+    failure of the activity itself (another spec digest) ends the run `failed` with its type;
+    a worker that may not call a live model refuses the attempt, which raises the
+    `LiveModelBlocked` it raised there (rebuilt from the failure's details, in the history).
     The model's `timeout` and the run's deadline are the engine's own timers here, which
     cancel the activity.
     """
@@ -151,6 +154,9 @@ async def ask_model(
             if isinstance(cause, ApplicationError):
                 if cause.type == UNKNOWN and not full:
                     continue  # that worker did not hold the conversation: send it all
+                if cause.type == LiveModelBlocked.__name__ and len(cause.details) == 3:
+                    # the worker may not call the live model: the run fails as a local one
+                    raise LiveModelBlocked(*cause.details) from None
                 # a wrong spec digest, a bug: the run fails
                 raise named_error(cause.type or "Error", cause.message) from None
             # cancelled by its worker shutting down: the attempt is lost with it

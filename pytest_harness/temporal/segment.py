@@ -5,11 +5,13 @@ built-in engine (`runtime.engine.Driver`) from that state until the next boundar
 on: a tool call to dispatch (`ToolHandoff`: the call becomes its own activity), a suspension,
 or the end. Each model attempt is sent to `ask` (the workflow runs it as the `harness_model`
 activity) through the engine's `_complete` seam, so the engine's own retries, fallbacks,
-budgets and accounting are the ones used. The engine's commits go to `_Capture`, which keeps
-them for the workflow instead of writing a store, so the decision logic (rules, guards,
-budgets, CEL, approvals, recovery of interrupted calls) is exactly the local one. Nothing here
-does I/O: the workflow binds the engine's clock and ids to its own deterministic ones
-(`runtime.clock.using`), and a tool's artifacts are written by the tool activity.
+budgets and accounting are the ones used; whether a live model may be called is for the
+activity's worker to say (the `_check_live` seam), so a history replays on any worker. The
+engine's commits go to `_Capture`, which keeps them for the workflow instead of writing a store,
+so the decision logic (rules, guards, budgets, CEL, approvals, recovery of interrupted calls)
+is exactly the local one. Nothing here does I/O: the workflow binds the engine's clock and ids
+to its own deterministic ones (`runtime.clock.using`), and a tool's artifacts are written by
+the tool activity.
 """
 
 from __future__ import annotations
@@ -133,6 +135,12 @@ class _Segment(Driver):
             cast(_Capture, self.ctx.store).control = self.held
             return outcome
         raise ToolHandoff(call)
+
+    def _check_live(self, link: ModelLink) -> None:
+        if self.ask is None:
+            super()._check_live(link)
+        # else the worker that runs the attempt checks it (its refusal comes back as the
+        # attempt's `LiveModelBlocked`): a worker's settings are no part of the history
 
     async def _complete(self, link: ModelLink, request: ModelRequest) -> ModelResponse:
         if self.ask is None:

@@ -25,8 +25,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from temporalio.workflow import NondeterminismError
 
 import pytest_harness.temporal.hosted as hosted
-from pytest_harness.errors import ModelError
+from pytest_harness.errors import LiveModelBlocked, ModelError
 from pytest_harness.evals.online import OnlineEvals
+from pytest_harness.models.live import check_live
 from pytest_harness.principal import Principal
 from pytest_harness.runtime.harness import Harness
 from pytest_harness.runtime.retrying import FirstEvent, first_event, first_event_message
@@ -126,12 +127,25 @@ class _Activities:
 
         Text the provider streams is returned as `deltas`; with `first_event` (`limit`,
         `carried`) the provider is held to its first-event timeout here, and `first_event`
-        in the answer says when the reply started.
+        in the answer says when the reply started. A live model this worker may not call
+        (`HARNESS_ALLOW_LIVE=0`, `models.live.check_live`) fails the activity for good with
+        `LiveModelBlocked` (its provider, model and hint as details): the run fails with it.
         """
         wanted = payload["request"]
         self._check(payload["conf"], wanted["task"])
         plan = self.harness.plans.tasks[wanted["task"]]
         link = next(link for link in plan.models if link.name == wanted["model"])
+        try:
+            check_live(link.provider, link.name)
+        except LiveModelBlocked as exc:
+            raise ApplicationError(
+                str(exc),
+                exc.provider,
+                exc.model,
+                exc.hint,
+                type=type(exc).__name__,
+                non_retryable=True,
+            ) from None
         deltas: list[str] = []
         arrived = asyncio.Event()
         started = time.monotonic()
