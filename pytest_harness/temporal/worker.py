@@ -73,6 +73,11 @@ async def _heartbeating(every: float) -> AsyncIterator[None]:
             await task
 
 
+@activity.defn(name="harness_end")
+async def _end() -> None:
+    """Nothing: the local activity after which a run's workflow completes (`HarnessRun._apart`)."""
+
+
 class _Activities:
     """The activities of one spec: `harness_model` (an attempt), `harness_tool` (a call)."""
 
@@ -290,7 +295,7 @@ class Worker:
             client,
             task_queue=execution.task_queue,
             workflows=[HarnessRun],
-            activities=[acts.model, acts.tool, acts.grade],
+            activities=[acts.model, acts.tool, acts.grade, _end],
             workflow_runner=runner,
             identity=f"{self.identity} pid {os.getpid()}",
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),

@@ -9,7 +9,9 @@ specs (`hosted`) by the run's spec digest. Every model attempt is a `harness_mod
 back as a lost attempt the engine asks again). Every tool call is a `harness_tool` activity,
 its id being the call's execution key, heartbeating, with the tool's replay policy as its retry
 policy (both started in `dispatch`). Approvals, resolutions, pauses and cancels are updates; a
-refused approval is rejected by the update's validator and never reaches history.
+refused approval is rejected by the update's validator and never reaches history. The
+workflow completes after a `harness_end` local activity, never in the activation that answers
+an update (`HarnessRun._apart`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import copy
 import json
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -43,6 +46,8 @@ __all__ = ["HarnessRun"]
 
 _WAITING = ("awaiting_approval", "awaiting_resolution", "paused")
 _ENDED = ("completed", "failed", "refused", "limited", "cancelled")
+_APART = "harness-end-apart"
+"""The patch of the runs whose workflow completes apart from the run's last step (`_apart`)."""
 
 
 class _WorkflowClock:
@@ -104,6 +109,7 @@ class HarnessRun:
         reader takes those from the `snapshot_page` query, in pages (a run's snapshot can be
         larger than one Temporal payload).
         """
+        apart = workflow.patched(_APART)  # asked first: a run started before it answers False
         snap = self.snap
         _tell(
             lambda: notify_checkpoint(
@@ -129,7 +135,29 @@ class HarnessRun:
         if self.conf.get("grade"):
             await dispatch.grade(self._bare(), conf=self.conf, wire_conf=self.wire_conf)
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if apart:
+            await self._apart()
         return self._result()
+
+    async def _apart(self) -> None:
+        """Let the workflow complete in a workflow activation of its own, after the run's end.
+
+        The run ends in the activation that also answers the update that ended it (`approve`,
+        `control`, `wait`, ...). If the workflow's completion went with that answer, a history
+        that no longer replays there (new code ends the run where the history goes on) would
+        be stuck: Temporal's core, told to fail the workflow on nondeterminism, drops the
+        activation's first command that did not match (the update's answer) and adds a
+        failure after the others, and the server refuses a completion followed by a failure,
+        so the workflow task would fail forever. The `harness_end` local activity (it does
+        nothing) runs in the same workflow task: the workflow still completes in the task
+        that ended the run, and its answer and completion reach the server together.
+
+        Only for runs that recorded the `harness-end-apart` patch when they started: an older
+        run's history has no `harness_end` marker and must replay without one.
+        """
+        await workflow.execute_local_activity(
+            "harness_end", start_to_close_timeout=timedelta(seconds=30)
+        )
 
     async def _step(self, op: dict[str, Any]) -> None:
         """Drive from the snapshot as `op` says, running each handed-off tool call."""
