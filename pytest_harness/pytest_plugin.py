@@ -40,6 +40,35 @@ __all__ = [
     "scripted",
 ]
 
+_PACKAGE = __name__.partition(".")[0]
+
+
+def _not_rewritten(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Take this package off the modules whose asserts pytest rewrites as they are imported.
+
+    pytest marks every module of a distribution with a `pytest11` entry point for rewriting,
+    so the whole runtime (some 200 modules, imported when a fixture or replay item needs them)
+    would load through its rewriting hook, whose bytecode is cached apart from Python's: where
+    bytecode is not written (`PYTHONDONTWRITEBYTECODE=1`, usual in containers) or cannot be (a
+    read-only install), each pytest process would parse, rewrite and compile them again, about
+    half a second. Their asserts are internal invariants; what a test is told comes from
+    explicit failures, so rewriting them gives nothing. The modules imported to register the
+    plugin are already loaded; test files and conftests are rewritten as before.
+
+    pytest has no public way to unmark a name: this uses the hook's `_must_rewrite` set when
+    it has one, and otherwise leaves rewriting as it is (tests/plugin/test_wiring.py notices).
+    """
+    hook = getattr(pluginmanager, "rewrite_hook", None)
+    marked = getattr(hook, "_must_rewrite", None)
+    if not isinstance(marked, set) or _PACKAGE not in marked:
+        return
+    marked.discard(_PACKAGE)
+    answered = getattr(hook, "_marked_for_rewrite_cache", None)
+    if isinstance(answered, dict):
+        for name in [n for n in answered if n.partition(".")[0] == _PACKAGE]:
+            del answered[name]
+
+
 RECORDING_SUFFIXES = frozenset({".yaml", ".yml", ".hx"})
 _LIVE_BEFORE = pytest.StashKey["bool | None"]()
 MARKER = (
@@ -50,8 +79,9 @@ MARKER = (
 )
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """Options and ini values, in one group."""
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Options and ini values, in one group; the package is kept out of assertion rewriting."""
+    _not_rewritten(pluginmanager)
     group = parser.getgroup("harness", "pytest-harness: agent runs, golden recordings, replay")
     group.addoption(
         "--harness-spec",

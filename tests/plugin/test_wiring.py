@@ -61,6 +61,29 @@ def test_a_session_that_uses_none_of_it_imports_nothing_heavy(pytester: pytest.P
     result.stdout.fnmatch_lines(["plugins: *harness-*"])
 
 
+def test_pytest_does_not_rewrite_the_runtime_s_asserts(pytester: pytest.Pytester) -> None:
+    """Modules imported during a session load as plain bytecode, not through assertion rewriting.
+
+    pytest marks every module of a plugin's distribution for rewriting; rewritten bytecode is
+    cached apart and, where bytecode is not written (PYTHONDONTWRITEBYTECODE=1), rebuilt from
+    source in every process.
+    """
+    pytester.makepyfile(
+        test_loaders="""
+        def test_the_runtime_is_not_rewritten():
+            import pytest_harness.runtime.engine as engine
+            import pytest_harness.recording.golden as golden
+            for module in (engine, golden):
+                assert type(module.__loader__).__name__ != "AssertionRewritingHook", module
+
+        def test_a_test_file_still_is():
+            assert type(__loader__).__name__ == "AssertionRewritingHook"
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:asyncio", "-p", "no:anyio")
+    result.assert_outcomes(passed=2)
+
+
 def test_no_harness_turns_it_off(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "no:harness", "--replay-recordings")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
