@@ -124,13 +124,19 @@ class _Reader:
             return self.sequence(col, content, depth + 1)
         return self.mapping(col, content, depth + 1)
 
-    def mapping(self, col: int, content: str, depth: int) -> dict[str, Any]:
-        """A block mapping whose keys are at column `col`; its first entry is `content`."""
+    def mapping(
+        self, col: int, content: str, depth: int, match: re.Match[str] | None = None
+    ) -> dict[str, Any]:
+        """A block mapping whose keys are at column `col`; its first entry is `content`.
+
+        `match`: `_KEY`'s match of `content`, when the caller has made it.
+        """
         lines = self.lines
         count = len(lines)
         result: dict[str, Any] = {}
         while True:
-            match = _KEY.match(content)
+            if match is None:
+                match = _KEY.match(content)
             if match is not None:
                 key, rest = match.groups()
                 if key in _WORDS:
@@ -141,6 +147,7 @@ class _Reader:
                     raise _Decline
                 key, rest = match.groups()
                 key = key.replace("''", "'")
+            match = None
             if key in result or len(key) > _LONGEST_KEY:
                 raise _Decline
             if rest is None:
@@ -180,8 +187,8 @@ class _Reader:
                     raise _Decline
                 if _dash(rest):
                     items.append(self.sequence(col + 2, rest, depth + 1))
-                elif _KEY.match(rest) is not None or _QUOTED_KEY.match(rest) is not None:
-                    items.append(self.mapping(col + 2, rest, depth + 1))
+                elif (key := _KEY.match(rest)) is not None or _QUOTED_KEY.match(rest) is not None:
+                    items.append(self.mapping(col + 2, rest, depth + 1, key))
                 else:
                     items.append(self.inline(col, rest))
             i = self.i
