@@ -234,10 +234,23 @@ def _scanners() -> tuple[tuple[Callable[[str], str], tuple[str, ...]], ...]:
     """One substitution per shape (built-in, then plugins'), compiled once per process.
 
     Each comes with the substrings one of which a match needs (none for a plugin's shape: it
-    always runs).
+    always runs). A built-in shape is compiled when a text first holds one of its substrings:
+    a replay whose texts hold none (most do) compiles none of the 19 (7 ms, #13).
     """
-    built_in = tuple((_scanner(p.compiled()), _NEEDLES[p.name]) for p in SECRET_PATTERNS)
+    built_in = tuple((_lazy(p), _NEEDLES[p.name]) for p in SECRET_PATTERNS)
     return built_in + tuple((_scanner(p.compiled()), ()) for p in _plugin_patterns())
+
+
+def _lazy(shape: SecretPattern) -> Callable[[str], str]:
+    """`_scanner` of `shape`, compiled on its first call."""
+    compiled: list[Callable[[str], str]] = []
+
+    def scan(text: str) -> str:
+        if not compiled:
+            compiled.append(_scanner(shape.compiled()))
+        return compiled[0](text)
+
+    return scan
 
 
 def _scanner(pattern: re.Pattern[str]) -> Callable[[str], str]:
