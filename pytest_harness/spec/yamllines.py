@@ -214,8 +214,12 @@ class _Reader:
         indent = len(line) - len(content)
         if not content:
             raise _Decline
-        if indent > col:
-            return self.node(indent, content, depth)
+        if indent > col:  # `node`, inline: a golden file nests a collection every 4 lines
+            if depth >= MAX_DEPTH:
+                raise _Decline
+            if content[0] == "-" and _dash(content):
+                return self.sequence(indent, content, depth + 1)
+            return self.mapping(indent, content, depth + 1)
         if indentless and indent == col and _dash(content):
             return self.sequence(col, content, depth + 1)
         return None
