@@ -49,6 +49,9 @@ def write(app, tools_edit: tuple[str, str] | None = None, spec_edit=None) -> Non
         source = module.read_text()
         assert tools_edit[0] in source
         module.write_text(source.replace(*tools_edit))
+        # an edit of the same size within the second of the first import's bytecode would be
+        # read from that stale .pyc (Python checks the source's size and mtime in seconds)
+        shutil.rmtree(module.parent / "__pycache__", ignore_errors=True)
 
 
 async def record(app, tmp_path) -> Path:
