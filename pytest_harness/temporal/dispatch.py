@@ -96,6 +96,18 @@ async def grade(
         workflow.logger.warning("online evals: run %s was not graded", bare["run_id"])
 
 
+def _blocked(cause: ApplicationError) -> LiveModelBlocked | None:
+    """The `LiveModelBlocked` a model activity's worker raised, rebuilt from its details."""
+    details = tuple(cause.details)
+    if (
+        len(details) == 3
+        and all(isinstance(d, str) for d in details[:2])
+        and (details[2] is None or isinstance(details[2], str))
+    ):
+        return LiveModelBlocked(*details)
+    return None
+
+
 async def ask_model(
     link: ModelLink,
     request: ModelRequest,
@@ -154,9 +166,10 @@ async def ask_model(
             if isinstance(cause, ApplicationError):
                 if cause.type == UNKNOWN and not full:
                     continue  # that worker did not hold the conversation: send it all
-                if cause.type == LiveModelBlocked.__name__ and len(cause.details) == 3:
+                blocked = _blocked(cause) if cause.type == LiveModelBlocked.__name__ else None
+                if blocked is not None:
                     # the worker may not call the live model: the run fails as a local one
-                    raise LiveModelBlocked(*cause.details) from None
+                    raise blocked from None
                 # a wrong spec digest, a bug: the run fails
                 raise named_error(cause.type or "Error", cause.message) from None
             # cancelled by its worker shutting down: the attempt is lost with it

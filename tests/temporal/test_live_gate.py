@@ -192,3 +192,30 @@ async def test_a_history_with_a_live_call_replays_on_a_worker_that_blocks_live_m
     ]
     calls = (tmp_path / "effects" / "calls.log").read_text().split()
     assert calls[0] == "refund" and calls[3] == str(second.proc.pid)  # run on the second worker
+
+
+@pytest.mark.parametrize(
+    ("details", "rebuilt"),
+    [
+        (("openai", "live", None), True),
+        (("openai", "live", "record it first"), True),
+        (("openai", "live"), False),  # another version's failure: named as it came
+        (("openai", 7, None), False),
+        (("openai", "live", ["not", "a", "hint"]), False),
+    ],
+)
+async def test_a_refusal_is_rebuilt_only_from_well_formed_details(
+    details: tuple[Any, ...], rebuilt: bool
+) -> None:
+    from temporalio.exceptions import ApplicationError
+
+    from pytest_harness.errors import LiveModelBlocked
+    from pytest_harness.temporal.dispatch import _blocked
+
+    cause = ApplicationError("refused", *details, type="LiveModelBlocked")
+    blocked = _blocked(cause)
+    if not rebuilt:
+        assert blocked is None
+        return
+    assert isinstance(blocked, LiveModelBlocked)
+    assert (blocked.provider, blocked.model, blocked.hint) == details
