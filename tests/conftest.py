@@ -6,10 +6,13 @@ import os
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
+
+from tests.model_server import ModelServer
 
 TOOLS = '''
 import asyncio
@@ -154,3 +157,12 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
     yield name
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
+
+
+@pytest_asyncio.fixture
+async def server() -> AsyncIterator[ModelServer]:
+    """The loopback model server (tests/model_server.py), started for one test."""
+    srv = ModelServer()
+    await srv.start()
+    yield srv
+    await srv.close()

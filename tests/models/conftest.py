@@ -7,12 +7,11 @@ too); here are its fixture, the key in the environment, and each wire format as 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from pytest_harness.errors import ModelError
 from pytest_harness.models.anthropic import AnthropicProvider
@@ -28,14 +27,6 @@ from tests.model_server import (
     openai_body,
     openai_stream,
 )
-
-
-@pytest_asyncio.fixture
-async def server() -> AsyncIterator[ModelServer]:
-    srv = ModelServer()
-    await srv.start()
-    yield srv
-    await srv.close()
 
 
 @pytest.fixture(autouse=True)

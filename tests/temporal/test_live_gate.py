@@ -11,12 +11,10 @@ import asyncio
 import textwrap
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 import pytest_harness as ph
 from pytest_harness.temporal.client import connect
@@ -24,14 +22,6 @@ from tests.model_server import KEY, KEY_ENV, ModelServer, Reply, openai_body
 from tests.temporal.helpers import TOOLS, WorkerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
-
-
-@pytest_asyncio.fixture
-async def server() -> AsyncIterator[ModelServer]:
-    srv = ModelServer()
-    await srv.start()
-    yield srv
-    await srv.close()
 
 
 def _spec(folder: Path, url: str, execution: str = "") -> Path:
