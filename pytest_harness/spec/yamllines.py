@@ -187,8 +187,8 @@ class _Reader:
                     raise _Decline
                 if _dash(rest):
                     items.append(self.sequence(col + 2, rest, depth + 1))
-                elif (key := _KEY.match(rest)) is not None or _QUOTED_KEY.match(rest) is not None:
-                    items.append(self.mapping(col + 2, rest, depth + 1, key))
+                elif (entry := _KEY.match(rest)) is not None or _QUOTED_KEY.match(rest) is not None:
+                    items.append(self.mapping(col + 2, rest, depth + 1, entry))
                 else:
                     items.append(self.inline(col, rest))
             i = self.i
@@ -214,12 +214,8 @@ class _Reader:
         indent = len(line) - len(content)
         if not content:
             raise _Decline
-        if indent > col:  # `node`, inline: a golden file nests a collection every 4 lines
-            if depth >= MAX_DEPTH:
-                raise _Decline
-            if content[0] == "-" and _dash(content):
-                return self.sequence(indent, content, depth + 1)
-            return self.mapping(indent, content, depth + 1)
+        if indent > col:
+            return self.node(indent, content, depth)
         if indentless and indent == col and _dash(content):
             return self.sequence(col, content, depth + 1)
         return None
