@@ -49,18 +49,34 @@ def charge(order_id: str, amount: int) -> str:
 '''
 
 
+def temporal_execution(address: str) -> str:
+    """A spec's `execution:` line: runs on Temporal at `address`, on a task queue of their own."""
+    return (
+        f'execution: {{use: temporal, address: "{address}", task_queue: q-{uuid.uuid4().hex[:8]}}}'
+    )
+
+
+def write_app(folder: Path, spec: str, **modules: str) -> Path:
+    """A test app in `folder`: an `effects` folder, the `ttools` module, `modules` (name: source)
+    and `spec` (dedented) as its `harness.yaml`; the spec's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "effects").mkdir(exist_ok=True)
+    (folder / "ttools.py").write_text(TOOLS)
+    for name, source in modules.items():
+        (folder / f"{name}.py").write_text(source)
+    path = folder / "harness.yaml"
+    path.write_text(textwrap.dedent(spec))
+    return path
+
+
 def make_spec(
     folder: Path, address: str, *, queue: str | None = None, prompt: str = "Desk."
 ) -> Path:
     """A spec with a refund task (idempotent tool, approval over 100) and a charge task (manual)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "effects").mkdir(exist_ok=True)
-    (folder / "ttools.py").write_text(TOOLS)
     queue = queue or f"q-{uuid.uuid4().hex[:8]}"
-    spec = folder / "harness.yaml"
-    spec.write_text(
-        textwrap.dedent(
-            f"""\
+    return write_app(
+        folder,
+        f"""\
             version: 1
             name: tdesk
             models:
@@ -90,10 +106,8 @@ def make_spec(
               charges: {{model: charger, prompt: {prompt!r}, tools: [charge]}}
             state: {{use: memory, record: true, lease: 2s}}
             execution: {{use: temporal, address: "{address}", task_queue: {queue}}}
-            """
-        )
+            """,
     )
-    return spec
 
 
 def cli(

@@ -8,9 +8,7 @@ instead, and a history that holds another worker's live call replays on it.
 from __future__ import annotations
 
 import asyncio
-import textwrap
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +17,16 @@ import pytest
 import pytest_harness as ph
 from pytest_harness.temporal.client import connect
 from tests.model_server import KEY, KEY_ENV, ModelServer, Reply, openai_body
-from tests.temporal.helpers import TOOLS, WorkerProcess
+from tests.temporal.helpers import WorkerProcess, temporal_execution, write_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
 
 def _spec(folder: Path, url: str, execution: str = "") -> Path:
     """A refund task whose scripted model fails once, then answers; its fallback is live."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "effects").mkdir(exist_ok=True)
-    (folder / "ttools.py").write_text(TOOLS)
-    spec = folder / "harness.yaml"
-    spec.write_text(
-        textwrap.dedent(
-            f"""\
+    return write_app(
+        folder,
+        f"""\
             version: 1
             name: tlive
             models:
@@ -60,15 +54,7 @@ def _spec(folder: Path, url: str, execution: str = "") -> Path:
               refunds: {{model: main, prompt: "Desk.", tools: [refund]}}
             state: {{use: memory, record: true, lease: 2s}}
             {execution}
-            """
-        )
-    )
-    return spec
-
-
-def _temporal(address: str) -> str:
-    return (
-        f'execution: {{use: temporal, address: "{address}", task_queue: q-{uuid.uuid4().hex[:8]}}}'
+            """,
     )
 
 
@@ -99,7 +85,7 @@ async def test_a_blocked_live_fallback_fails_the_run_as_locally(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     local = _spec(tmp_path / "local", server.url)
-    remote = _spec(tmp_path / "remote", server.url, _temporal(temporal_server))
+    remote = _spec(tmp_path / "remote", server.url, temporal_execution(temporal_server))
     monkeypatch.setenv("EFFECTS", str(tmp_path / "local" / "effects"))
     monkeypatch.syspath_prepend(str(tmp_path / "local"))
     async with ph.load(local) as harness:
@@ -138,7 +124,7 @@ async def test_a_blocked_live_fallback_fails_the_run_as_locally(
 async def test_a_history_with_a_live_call_replays_on_a_worker_that_blocks_live_models(
     tmp_path: Path, temporal_server: str, server: ModelServer
 ) -> None:
-    spec = _spec(tmp_path, server.url, _temporal(temporal_server))
+    spec = _spec(tmp_path, server.url, temporal_execution(temporal_server))
     refund = ("call_1", "refund", '{"order_id": "A-1", "amount": 250}')
     server.reply(Reply(json=openai_body(None, (refund,))))
     first = WorkerProcess(spec, env=_env(allow_live=True))

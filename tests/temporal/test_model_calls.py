@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import pytest_harness as ph
-from tests.temporal.helpers import TOOLS, WorkerProcess, wait_for
+from tests.temporal.helpers import WorkerProcess, temporal_execution, wait_for, write_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
@@ -41,14 +41,9 @@ def answer(request):
 
 def _spec(folder: Path, execution: str) -> Path:
     """A spec whose models fail, retry, fall back and cost money; `execution` as given."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "effects").mkdir(exist_ok=True)
-    (folder / "ttools.py").write_text(TOOLS)
-    (folder / "tmodels.py").write_text(MODELS)
-    spec = folder / "harness.yaml"
-    spec.write_text(
-        textwrap.dedent(
-            f"""\
+    return write_app(
+        folder,
+        f"""\
             version: 1
             name: tmodels
             models:
@@ -81,10 +76,9 @@ def _spec(folder: Path, execution: str) -> Path:
               hangs: {{model: hanging, prompt: "Desk.", tools: [refund]}}
             state: {{use: memory, record: true, lease: 2s}}
             {execution}
-            """
-        )
+            """,
+        tmodels=MODELS,
     )
-    return spec
 
 
 def _decisions(result: ph.RunResult) -> list[tuple[Any, ...]]:
@@ -102,12 +96,8 @@ async def _events(harness: ph.Harness, run_id: str) -> list[tuple[str, dict[str,
 async def test_a_temporal_run_decides_counts_and_records_as_a_local_run(
     tmp_path: Path, temporal_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    queue = f"q-{uuid.uuid4().hex[:8]}"
     local = _spec(tmp_path / "local", "")
-    remote = _spec(
-        tmp_path / "remote",
-        f'execution: {{use: temporal, address: "{temporal_server}", task_queue: {queue}}}',
-    )
+    remote = _spec(tmp_path / "remote", temporal_execution(temporal_server))
     monkeypatch.setenv("EFFECTS", str(tmp_path / "local" / "effects"))
     monkeypatch.syspath_prepend(str(tmp_path / "local"))
     async with ph.load(local) as harness:
@@ -136,11 +126,7 @@ async def test_a_temporal_run_decides_counts_and_records_as_a_local_run(
 async def test_worker_killed_during_a_model_call_another_worker_asks_again(
     tmp_path: Path, temporal_server: str
 ) -> None:
-    queue = f"q-{uuid.uuid4().hex[:8]}"
-    spec = _spec(
-        tmp_path,
-        f'execution: {{use: temporal, address: "{temporal_server}", task_queue: {queue}}}',
-    )
+    spec = _spec(tmp_path, temporal_execution(temporal_server))
     effects = tmp_path / "effects"
     first = WorkerProcess(spec, env={"HANG_MODEL": "1"})
     second = None
