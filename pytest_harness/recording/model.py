@@ -117,8 +117,9 @@ class Recording:
         The run's input comes from `run.started`, the model turns from each attempt that got
         an answer or an error, the tool results from every invoked call and every resolution,
         the approvals from the decisions the run took in. The outcome is the run's state when
-        `record` is given, else `outcome`, else the last `checkpoint` entry. `HarnessError`
-        when there is no `run.started` entry.
+        `record` is given, else `outcome` (its `trace` a list of decisions' JSON forms or a
+        `Trace`), else the last `checkpoint` entry. `HarnessError` when there is no
+        `run.started` entry.
         """
         started: Mapping[str, Any] | None = None
         run_id: str | None = record.run_id if record is not None else None
@@ -216,7 +217,11 @@ class Recording:
             usage=dict(final.get("usage") or {}),
             # built when first read (a replay's own recording mostly never is); the entries
             # are the journal's or the state's, read for this recording alone
-            trace=Trace._of_state(list(final.get("trace") or [])),
+            trace=(
+                final["trace"]
+                if isinstance(final.get("trace"), Trace)
+                else Trace._of_state(list(final.get("trace") or []))
+            ),
             run_id=run_id,
         )
 

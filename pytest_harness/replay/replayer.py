@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_harness.errors import ApprovalDenied, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
@@ -134,7 +134,10 @@ async def replay(
                 ),
             )
             result = await twin.result(record.run_id)
-        replayed = await Recording.from_store(twin.store, record.run_id)
+        # the twin's own recording: its journal, and the outcome in hand (not read back)
+        replayed = Recording.from_journal(
+            await twin.store.journal(record.run_id), outcome=_outcome(result)
+        )
     # A report leaves the store: what it shows of either side is redacted (DESIGN §6), and
     # values are compared redacted. Redaction is deterministic: values equal before it are
     # equal after it, so what is the same on both sides is neither redacted nor diffed.
@@ -179,6 +182,18 @@ async def replay(
         not_regraded=not_regraded,
         replayed=Deferred(own.redacted),  # redacted when first read: most are never saved
     )
+
+
+def _outcome(result: RunResult) -> dict[str, Any]:
+    """The outcome fields of the recording of the run that ended as `result`."""
+    return {
+        "status": result.status.value,
+        "output": result.output,
+        "error": result.error,
+        "limit": result.limit,
+        "usage": result.usage.to_dict(),
+        "trace": result.trace,
+    }
 
 
 async def _answer_approvals(
