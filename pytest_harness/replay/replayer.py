@@ -41,11 +41,11 @@ from pytest_harness.replay.report import (
 )
 from pytest_harness.replay.requests import request_changes
 from pytest_harness.replay.tape import Tape, TapeModel, TapeTool
+from pytest_harness.replay.twin_store import TwinStore
 from pytest_harness.runtime.harness_control import HarnessControl
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.trace import Trace
 from pytest_harness.spec.schema import ReplayPolicy
-from pytest_harness.store.memory import MemoryStore
 
 if TYPE_CHECKING:
     from pytest_harness.runtime.harness import Harness
@@ -97,7 +97,7 @@ async def replay(
     twin = HarnessControl(  # the runtime's own class: this module sits above `Harness`
         harness.spec,
         harness.plans,
-        MemoryStore(),
+        TwinStore(),  # keeps no events, and the journal as noted (read once, below)
         tasks={plan.name: twin_plan},
         record=True,
         keep_requests=False,  # the replay's recording is compared and saved by digest only
