@@ -104,11 +104,12 @@ async def replay(
         journal_kinds=STORED_FROM,  # and its journal keeps what that recording is read from
         durable=False,  # nothing resumes it: an attempt's start goes with its outcome
         hooks=False,  # not a run of the app's: plugins counting runs never see it
+        # the conversation before the run, at its first drive and after each approval
+        history=[cast(Message, dict(m)) for m in recording.history],
     )
     divergence: Divergence | None = None
     async with twin:
-        history = [cast(Message, dict(m)) for m in recording.history]
-        record, _, _ = await twin._create(
+        record, _, history = await twin._create(
             recording.task,
             recording.input,
             Principal.from_dict(dict(recording.principal)),
@@ -116,7 +117,6 @@ async def replay(
             None,
             recording.labels,
             None,
-            history=history,
         )
         try:
             result = await twin._drive(record, created=True, history=history)

@@ -2,16 +2,21 @@
 
 A replay drives its twin over a store nobody else reads: its events have no subscriber, and
 its journal is read once, by the replay itself, to build the replay's own recording. So this
-`MemoryStore` keeps no events and keeps the journal entries as the driver noted them instead of
-as JSON text: encoding each payload at its commit and decoding it all again at the end was a
-sixth of a replay's time.
+`MemoryStore` keeps no events, and keeps each journal entry's payload as the driver noted it
+instead of as JSON text: decoding the whole journal again at the end, and encoding the events,
+were about a tenth of a replay's time.
 
-What makes keeping the noted objects sound is the drive's own rule (`runtime/state.py`,
-`StateText`): a payload is built whole when its boundary is noted and nothing changes it
-afterwards; what it holds of the run (a call's arguments, an outcome's dict, the messages) is
-replaced, never changed in place. The run's state, approvals and everything else are kept as
-the memory store keeps them (JSON text, checked when committed), so a state nobody could
-store still fails the replay as it fails a live run.
+Every payload is still encoded when committed, as the memory store encodes it, so one JSON
+cannot hold fails the replay as it fails a live run (`StoreError`, then `RecordingError`);
+only the text is not kept. The run's state and approvals are kept as the memory store keeps
+them. Its `kind` stays `memory` (the driver renews no lease on it).
+
+Keeping the noted objects is sound because nothing changes a payload once its boundary is
+committed: each is built whole when noted (`runtime/journal.py`), and what it holds of the run
+is either new or replaced whole later, never changed in place (a call's `args` and `outcome`,
+see `RunState.calls`; the messages and trace entries, see `StateText`).
+`tests/replay/test_twin_store.py` replays the same recordings over this store and over a
+plain `MemoryStore` to hold that.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from pytest_harness.store.base import (
     NewApproval,
     NewRun,
     RunRecord,
+    encode_json,
+    stale_token,
 )
 from pytest_harness.store.memory import MemoryStore
 
@@ -47,6 +54,13 @@ class TwinStore(MemoryStore):
         super().__init__()
         self._entries: dict[str, list[JournalEntry]] = {}
         self._entry_ids: set[str] = set()
+
+    @staticmethod
+    def _check(run_id: str, drafts: Sequence[JournalDraft]) -> None:
+        """Encode each payload as the memory store would; `StoreError` for one JSON can't hold."""
+        what = f"the journal of run {run_id}"
+        for draft in drafts:
+            encode_json(draft.payload, what)
 
     def _keep(self, run_id: str, drafts: Sequence[JournalDraft]) -> None:
         """Append the drafts to the run's journal; an id it already holds is skipped."""
@@ -76,6 +90,7 @@ class TwinStore(MemoryStore):
 
     async def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
         """Insert the run (without its events) and keep its first journal entries."""
+        self._check(run.run_id, run.journal)
         record, created = await super().create_run(replace(run, events=(), journal=()))
         if created:
             self._entries[record.run_id] = []
@@ -97,6 +112,10 @@ class TwinStore(MemoryStore):
         journal: Sequence[JournalDraft] = (),
     ) -> str | None:
         """`MemoryStore.commit` without the events; the journal is kept once the write is."""
+        run = self._run(run_id)
+        if run.lease_token != token:  # the memory store's first check, before any encoding
+            raise stale_token(run_id, token, run.lease_token, run.lease_owner)
+        self._check(run_id, journal)
         control = await super().commit(
             run_id,
             token,
@@ -123,6 +142,8 @@ class TwinStore(MemoryStore):
         journal: JournalDraft | None = None,
     ) -> ApprovalRow:
         """`MemoryStore.decide_approval` without the event; its journal entry is kept."""
+        if journal is not None:
+            self._check(run_id, [journal])
         row = await super().decide_approval(
             run_id,
             approval_id,

@@ -14,7 +14,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
@@ -71,6 +71,7 @@ class HarnessBase:
         durable: bool = True,
         hooks: bool = True,
         evals: EndedRuns | None = None,
+        history: Sequence[Message] | None = None,
     ) -> None:
         self.spec = spec
         self.plans = plans
@@ -88,6 +89,9 @@ class HarnessBase:
         self._durable = durable
         self._hooks = hooks
         """Tell the `harness_checkpoint` hooks of its runs' boundaries (not a replay's twin)."""
+        self._given_history = None if history is None else tuple(history)
+        """The conversation before each of its runs, instead of its session's earlier runs (a
+        replay's twin: the recording's, at the first drive and at each resumed one)."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4_hex()[:8]}"
         self._opened = False
         self._closed = False
@@ -196,13 +200,11 @@ class HarnessBase:
         session_id: str | None,
         labels: Mapping[str, str] | None,
         idempotency_key: str | None,
-        *,
-        history: list[Message] | None = None,
     ) -> tuple[RunRecord, bool, list[Message]]:
         """Create a run; return it, whether it is new, and its session's earlier conversation.
 
         In an existing session, the run takes the session's recording setting (saved with its
-        first run); `history` replaces the conversation read from the session (replays).
+        first run).
         """
         plan, who, tenant_, merged_labels = self._starting(task, input, principal, tenant, labels)
         await self._open()
@@ -213,7 +215,9 @@ class HarnessBase:
             earlier = await self.store.session_runs(session_id)
             if earlier:
                 record = self._session_record(session_id, earlier[0].record)
-        if history is None:
+        if self._given_history is not None:
+            history = list(self._given_history)
+        else:
             history = [
                 message
                 for run in earlier
@@ -405,7 +409,9 @@ class HarnessBase:
         return await driver.drive(history)
 
     async def _history(self, record: RunRecord) -> list[Message]:
-        """The messages of the session's earlier completed runs."""
+        """The messages of the session's earlier completed runs (or the history given)."""
+        if self._given_history is not None:
+            return list(self._given_history)
         history: list[Message] = []
         for earlier in await self.store.session_runs(record.session_id, before=record.run_id):
             if earlier.status == RunStatus.COMPLETED.value:

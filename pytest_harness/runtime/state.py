@@ -70,7 +70,10 @@ class RunState:
     outcome, and `resolution` (`{how, by}`) once `Harness.resolve` settled one. A call that
     needs approval has `approvals`: one entry per matching approve rule (`approval_id`, `rule`,
     `approvers`, `self_approve`, `decision`), and `decision`: None until every entry is
-    approved (`approve`) or one is declined (`decline`; the others become `moot`)."""
+    approved (`approve`) or one is declined (`decline`; the others become `moot`). A call's
+    fields change as it goes, but its `args` and `outcome` are replaced whole, never changed in
+    place: journal payloads and trace entries hold them (a replay's twin keeps its journal's
+    payloads as noted, `replay/twin_store.py`)."""
     output: str | None = None
     error: dict[str, str] | None = None
     limit: str | None = None

@@ -7,39 +7,9 @@ import pytest
 import pytest_harness as ph
 from pytest_harness.errors import ArchiveError
 from pytest_harness.recording.model import DERIVED_FROM, STORED_FROM, Recording
+from tests.replay.helpers import FINANCE, SCRIPT, SPEC, write
 
 pytestmark = pytest.mark.asyncio
-
-FINANCE = ph.Principal("fiona", ("finance",))
-
-SPEC = """
-rules:
-  - id: R1
-    when: tool == "refund" && args.amount > 100
-    then: approve
-    approvers: [finance]
-  - id: R2
-    when: tool == "delete_account"
-    then: deny
-guards: []
-tasks:
-  orders:
-    prompt: You are the order desk.
-    tools: [lookup_order, refund, delete_account]
-    rules: [R1, R2]
-state: {record: true}
-"""
-
-SCRIPT = (
-    "[{call: lookup_order, args: {order_id: A-1}}, "
-    "{call: refund, args: {order_id: A-1, amount: 250}}, "
-    "{say: 'Refunded A-1, card 4111111111111111.'}]"
-)
-
-
-def write(app, spec: str = SPEC, script: str = SCRIPT) -> None:
-    app.write(spec)
-    app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
 
 
 async def record_run(app, tmp_path, name: str = "golden.yaml") -> tuple[str, Recording]:

@@ -18,28 +18,12 @@ from pytest_harness.replay.report import ReplayReport
 from pytest_harness.replay.twin_store import TwinStore
 from pytest_harness.store.base import EventDraft, JournalDraft, NewRun
 from pytest_harness.store.memory import MemoryStore
+from tests.replay import helpers
+from tests.replay.helpers import FINANCE, write
 
 pytestmark = pytest.mark.asyncio
 
-FINANCE = ph.Principal("fiona", ("finance",))
-
-SPEC = """
-rules:
-  - id: R1
-    when: tool == "refund" && args.amount > 100
-    then: approve
-    approvers: [finance]
-  - id: R2
-    when: tool == "delete_account"
-    then: deny
-guards: []
-tasks:
-  orders:
-    prompt: You are the order desk.
-    tools: [lookup_order, refund, delete_account, explode]
-    rules: [R1, R2]
-state: {record: true}
-"""
+SPEC = helpers.SPEC.replace("delete_account]", "delete_account, explode]")
 
 REFUND = (
     "[{call: lookup_order, args: {order_id: A-1}}, "
@@ -50,11 +34,6 @@ EXPLODE = (
     "[{call: explode, args: {reason: bad}}, {call: lookup_order, args: {order_id: A-2}}, {say: x}]"
 )
 DELETE = "[{call: delete_account, args: {user: ann}}, {say: 'I cannot.'}]"
-
-
-def write(app, spec: str, script: str) -> None:
-    app.write(spec)
-    app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
 
 
 async def record(app, tmp_path, script: str, decision: str | None = None) -> Recording:
@@ -72,19 +51,17 @@ async def record(app, tmp_path, script: str, decision: str | None = None) -> Rec
     return recording
 
 
-async def replay_over(app, tmp_path, store: type[MemoryStore], **kw: str) -> ReplayReport:
-    saved = replayer.TwinStore
-    replayer.TwinStore = store  # type: ignore[misc]
-    try:
-        async with ph.load(app.spec) as harness:
-            return await harness.replay(tmp_path / "golden.yaml", **kw)
-    finally:
-        replayer.TwinStore = saved  # type: ignore[misc]
+async def replay_golden(app, tmp_path, **kw: str) -> ReplayReport:
+    async with ph.load(app.spec) as harness:
+        return await harness.replay(tmp_path / "golden.yaml", **kw)
 
 
 async def assert_same_over_both(app, tmp_path, **kw: str) -> ReplayReport:
-    kept = await replay_over(app, tmp_path, TwinStore, **kw)
-    snapshot = await replay_over(app, tmp_path, MemoryStore, **kw)
+    """Replay the golden over `TwinStore` and over `MemoryStore`; both must say the same."""
+    kept = await replay_golden(app, tmp_path, **kw)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(replayer, "TwinStore", MemoryStore)
+        snapshot = await replay_golden(app, tmp_path, **kw)
     assert kept.replayed == snapshot.replayed
     assert kept.render() == snapshot.render()
     return kept
@@ -191,9 +168,22 @@ async def test_a_failed_commit_keeps_none_of_its_journal() -> None:
         await store.commit("run_1", 7, status="running", state={"v": 1}, journal=[entry])
     with pytest.raises(StoreError, match="cannot store the state of run run_1"):
         await store.commit("run_1", 1, status="running", state={"x": object()}, journal=[entry])
+    bad = draft("e2", "model.response", {"answer": {"at": object()}})
+    with pytest.raises(StoreError, match="cannot store the journal of run run_1"):
+        await store.commit("run_1", 1, status="ended", state={"v": 2}, journal=[entry, bad])
+    assert (await store.get_run("run_1")).state == {"v": 1}  # nothing was written
     assert await store.journal("run_1") == []
     await store.commit("run_1", 1, status="running", state={"v": 1}, journal=[entry])
     assert [e.id for e in await store.journal("run_1")] == ["e1"]
+
+
+async def test_a_first_entry_json_cannot_hold_creates_no_run() -> None:
+    store = TwinStore()
+    history = {"history": [{"role": "user", "content": {1, 2}}]}
+    with pytest.raises(StoreError, match="cannot store the journal of run run_1"):
+        await store.create_run(new_run(journal=(draft("e1", "run.started", history),)))
+    with pytest.raises(UnknownRun):
+        await store.get_run("run_1")
 
 
 async def test_an_unknown_run_and_a_negative_limit_are_refused() -> None:
@@ -203,3 +193,24 @@ async def test_an_unknown_run_and_a_negative_limit_are_refused() -> None:
     await store.create_run(new_run())
     with pytest.raises(ValueError, match="limit must be zero or more, got -1"):
         await store.journal("run_1", limit=-1)
+
+
+async def test_a_run_resumed_after_its_approval_keeps_its_session_history(app, tmp_path) -> None:
+    """The replay's second drive (after the recorded approval) asks with the same conversation
+    as its first: the session's earlier runs come from the recording, not the twin's session."""
+    write(app, SPEC, REFUND)
+    async with ph.load(app.spec) as harness:
+        session: str | None = None
+        for _ in range(2):  # the second run's history is the first's conversation
+            waiting = await harness.run("orders", "help", principal="ann", session_id=session)
+            assert waiting.approval is not None
+            done = await harness.approve(
+                waiting.run_id, waiting.approval.approval_id, "approve", approver=FINANCE
+            )
+            session = done.session_id
+        recording = await Recording.from_store(harness.store, done.run_id)
+    assert len(recording.history) == 6
+    recording.save(tmp_path / "golden.yaml")
+    report = await assert_same_over_both(app, tmp_path)
+    assert report.same, report.render()
+    assert report.model_requests_changed == (0, 3)
