@@ -193,7 +193,7 @@ class Driver(ModelCalls, CallApprovals, ToolCalls):
             self._decide(*outcome.decisions)
             if outcome.blocked_by is not None:
                 self._note_model(
-                    "model.processed", link, {"text": None, "blocked_by": outcome.blocked_by}
+                    "model.processed", link, {"text": None, "blocked_by": outcome.blocked_by.id}
                 )
                 return await self._end(
                     RunStatus.REFUSED, error={"type": "GuardBlocked", "message": outcome.reason}

@@ -246,7 +246,7 @@ class ToolCalls(DriverBase):
                 if outcome.blocked_by is not None:
                     self.journal.note(
                         "tool.processed",
-                        {"name": call["name"], "text": None, "blocked_by": outcome.blocked_by},
+                        {"name": call["name"], "text": None, "blocked_by": outcome.blocked_by.id},
                         step=state.steps,
                         execution_key=call["key"],
                     )

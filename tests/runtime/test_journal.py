@@ -311,3 +311,36 @@ async def test_a_noted_entry_is_the_draft_its_class_would_make() -> None:
         made[0].kind = "event"  # type: ignore[misc]
     with pytest.raises(AssertionError):
         journal.note("no.such.kind", {}, step=1)
+
+
+@pytest.mark.parametrize(
+    ("on", "kind", "script"),
+    [
+        ("output", "model.processed", "[{say: 'Card 4111111111111111.'}]"),
+        (
+            "tool_result",
+            "tool.processed",
+            "[{call: lookup_order, args: {order_id: A-1}}, {say: done}]",
+        ),
+    ],
+)
+async def test_a_recorded_run_a_guard_blocks_ends_refused_and_replays(
+    app, tmp_path, on, kind, script
+) -> None:
+    """The entry of the blocked text names the guard by its id (the guard itself is no JSON):
+    the run ends `refused`, not stuck `running` on a journal write that cannot succeed."""
+    write(app, script=script)
+    block = f"  - {{id: G2, on: {on}, check: regex, pattern: '\\d{{16}}', action: block}}\n"
+    app.spec.write_text(app.spec.read_text().replace("guards:\n", "guards:\n" + block, 1))
+    async with ph.load(app.spec) as harness:
+        refused = await harness.run("orders", "hi", principal="ann")
+        journal = await harness.store.journal(refused.run_id)
+        recording = await ph.Recording.from_store(harness.store, refused.run_id)
+    assert refused.status is ph.RunStatus.REFUSED
+    assert refused.error is not None and refused.error["type"] == "GuardBlocked"
+    (blocked,) = [e for e in journal if e.kind == kind and e.payload["text"] is None]
+    assert blocked.payload["blocked_by"] == "G2"
+    recording.save(tmp_path / "refused.yaml")
+    async with ph.load(app.spec) as harness:
+        report = await harness.replay(tmp_path / "refused.yaml")
+    assert report.same and report.status == ("refused", "refused"), report.render()
