@@ -215,15 +215,14 @@ class HarnessBase:
             earlier = await self.store.session_runs(session_id)
             if earlier:
                 record = self._session_record(session_id, earlier[0].record)
+        history_runs: list[str] | None = None
         if self._given_history is not None:
             history = list(self._given_history)
         else:
-            history = [
-                message
-                for run in earlier
-                if run.status == RunStatus.COMPLETED.value
-                for message in run.state.get("messages") or []
-            ]
+            completed = [run for run in earlier if run.status == RunStatus.COMPLETED.value]
+            history = [m for run in completed for m in run.state.get("messages") or []]
+            if earlier:  # a later drive asks with these runs' messages, whatever ends meanwhile
+                history_runs = [run.run_id for run in completed]
         journal = []
         if record:
             started = started_payload(
@@ -243,7 +242,7 @@ class HarnessBase:
                 labels=merged_labels,
                 idempotency_key=idempotency_key,
                 status=RunStatus.RUNNING.value,
-                state=initial_state(),
+                state=initial_state(history_runs),
                 events=[EventDraft("run_started", {"task": task})],
                 record=record,
                 journal=journal,
@@ -409,12 +408,22 @@ class HarnessBase:
         return await driver.drive(history)
 
     async def _history(self, record: RunRecord) -> list[Message]:
-        """The messages of the session's earlier completed runs (or the history given)."""
+        """The messages that come before the run's own.
+
+        The history given, else those of the session's runs that had completed when the run
+        was created (`RunState.history_runs`); without that (its session's first run, which no
+        run precedes, or a run saved before it was kept), the session's earlier runs completed
+        by now.
+        """
         if self._given_history is not None:
             return list(self._given_history)
+        kept = record.state.get("history_runs")
+        wanted = None if kept is None else set(kept)
         history: list[Message] = []
         for earlier in await self.store.session_runs(record.session_id, before=record.run_id):
-            if earlier.status == RunStatus.COMPLETED.value:
+            if earlier.status == RunStatus.COMPLETED.value and (
+                wanted is None or earlier.run_id in wanted
+            ):
                 history.extend(earlier.state.get("messages") or [])
         return history
 

@@ -81,10 +81,14 @@ class RunState:
     """The model attempt in flight, `{id, model}`, as committed with its `model.started`
     journal entry (recorded runs only): a worker that resumes the run after a crash journals
     it as interrupted."""
+    history_runs: list[str] | None = None
+    """The session's runs whose messages come before this run's, as they were when it was
+    created (None: the run was its session's first). Each drive asks with exactly these, so a
+    run of the session that completes while this one waits does not change its conversation."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form the store keeps."""
-        return {
+        data: dict[str, Any] = {
             "v": STATE_VERSION,
             "phase": self.phase,
             "messages": self.messages,
@@ -100,6 +104,9 @@ class RunState:
             "limit": self.limit,
             "attempt": self.attempt,
         }
+        if self.history_runs is not None:
+            data["history_runs"] = self.history_runs
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunState:
@@ -125,6 +132,7 @@ class RunState:
             error=data.get("error"),
             limit=data.get("limit"),
             attempt=data.get("attempt"),
+            history_runs=list(runs) if (runs := data.get("history_runs")) is not None else None,
         )
 
     def _usage_dict(self) -> dict[str, Any]:
@@ -170,8 +178,13 @@ def _initial_text() -> str:
     return json_text(RunState().to_dict())
 
 
-def initial_state() -> PreparedJSON:
-    """`RunState().to_dict()` for a new run, with its text (encoded once per process)."""
+def initial_state(history_runs: list[str] | None = None) -> Mapping[str, Any]:
+    """`RunState(history_runs=...).to_dict()` for a new run.
+
+    A session's first run (no `history_runs`) gets it with its text, encoded once per process.
+    """
+    if history_runs is not None:
+        return RunState(history_runs=history_runs).to_dict()
     return PreparedJSON(RunState().to_dict(), _initial_text)
 
 

@@ -380,3 +380,32 @@ async def test_only_a_deferred_report_field_is_made_when_read() -> None:
     assert made == []
     assert (deferred.replayed, deferred.replayed, made) == ("made", "made", [1])
     assert ReplayReport(**fields, replayed=kept).replayed is kept
+
+
+async def test_a_session_run_that_waits_keeps_its_history_when_another_completes(
+    app, tmp_path
+) -> None:
+    """Runs A and B of one session both wait for approval; A completes, then B. B's second
+    request starts with its first one's conversation (A's messages, not there when B started,
+    stay out of it), and B replays the same, from the store and from its golden file."""
+    write(app)
+    async with ph.load(app.spec) as harness:
+        first = await harness.run("orders", "hello", principal="ann")
+        first = await harness.approve(
+            first.run_id, first.approval.approval_id, "approve", approver=FINANCE
+        )
+        session = first.session_id
+        a = await harness.run("orders", "A", principal="ann", session_id=session)
+        b = await harness.run("orders", "B", principal="ann", session_id=session)
+        await harness.approve(a.run_id, a.approval.approval_id, "approve", approver=FINANCE)
+        b = await harness.approve(b.run_id, b.approval.approval_id, "approve", approver=FINANCE)
+        assert b.ok
+        recording = await Recording.from_store(harness.store, b.run_id)
+        asked = [turn.request["messages"] for turn in recording.model_turns]
+        assert len(recording.history) == 6  # the first run's conversation
+        assert asked[1][: len(asked[0])] == asked[0] and asked[2][: len(asked[1])] == asked[1]
+        from_store = await harness.replay(b.run_id)
+    recording.redacted().save(tmp_path / "b.yaml")
+    from_file = await replay_file(app, tmp_path / "b.yaml")
+    for report in (from_store, from_file):
+        assert report.same and report.model_requests_changed == (0, 3), report.render()
