@@ -191,14 +191,20 @@ class DriverBase:
 
     # -- endings and commits -------------------------------------------------------------
 
-    async def _limit(self, which: str, limit: float, spent: float) -> RunResult:
-        self._decision(self.state.steps, "limit", which, {"limit": limit, "spent": spent})
+    async def _limit(self, which: str, limit: float, spent: float | None) -> RunResult:
+        """End the run `limited` by `which`; its decision says what was `spent` (None: time)."""
+        detail = {"limit": limit} if spent is None else {"limit": limit, "spent": spent}
+        self._decision(self.state.steps, "limit", which, detail)
         self.state.limit = which
         return await self._end(RunStatus.LIMITED)
 
     async def _limit_deadline(self) -> RunResult:
-        deadline = self.plan.spec.deadline or 0.0
-        return await self._limit("deadline", deadline, round(self._elapsed(), 3))
+        """End the run at its deadline.
+
+        Its decision holds no duration: the time a run took is never compared (DESIGN §6) nor
+        kept in a golden file, and its replay takes none.
+        """
+        return await self._limit("deadline", self.plan.spec.deadline or 0.0, None)
 
     async def _stop(self) -> RunResult:
         """Act on the pending control request: `cancel` ends the run, `pause` suspends it."""

@@ -70,6 +70,8 @@ class Decision:
         if kind == "tool":
             return f"tool {self.key} → {d.get('outcome')}"
         if kind == "limit":
+            if "spent" not in d:  # a deadline: no duration is kept
+                return f"limit {self.key} → {d.get('limit')} reached"
             return f"limit {self.key} → {d.get('spent')} of {d.get('limit')}"
         if kind == "output":
             return f"output → {d.get('status')}"

@@ -409,3 +409,25 @@ async def test_a_session_run_that_waits_keeps_its_history_when_another_completes
     from_file = await replay_file(app, tmp_path / "b.yaml")
     for report in (from_store, from_file):
         assert report.same and report.model_requests_changed == (0, 3), report.render()
+
+
+async def test_a_run_its_deadline_stopped_replays_the_same_and_keeps_no_duration(
+    app, tmp_path
+) -> None:
+    """The deadline's decision names the limit, not the seconds the run took: its golden file
+    holds no duration and its replay, which takes none, is the same."""
+    spec = SPEC.replace("rules: [R1, R2]", "rules: [R1, R2]\n    deadline: 0.3s").replace(
+        "delete_account]", "delete_account, slow]"
+    )
+    write(app, spec, script="[{call: slow, args: {seconds: 5}}, {say: done}]")
+    async with ph.load(app.spec) as harness:
+        limited = await harness.run("orders", "hurry", principal="ann")
+        recording = await Recording.from_store(harness.store, limited.run_id)
+    assert limited.status is ph.RunStatus.LIMITED and limited.limit == "deadline"
+    (decision,) = [d for d in limited.trace if d.kind == "limit"]
+    assert decision.detail == {"limit": 0.3}
+    assert decision.summary() == "limit deadline → 0.3 reached"
+    recording.save(tmp_path / "limited.yaml")
+    assert "spent" not in (tmp_path / "limited.yaml").read_text()
+    report = await replay_file(app, tmp_path / "limited.yaml")
+    assert report.same and report.status == ("limited", "limited"), report.render()
