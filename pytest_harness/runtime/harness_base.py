@@ -221,7 +221,7 @@ class HarnessBase:
         else:
             completed = [run for run in earlier if run.status == RunStatus.COMPLETED.value]
             history = [m for run in completed for m in run.state.get("messages") or []]
-            if earlier:  # a later drive asks with these runs' messages, whatever ends meanwhile
+            if session_id is not None:  # every drive asks with these, whatever ends meanwhile
                 history_runs = [run.run_id for run in completed]
         journal = []
         if record:
@@ -411,9 +411,9 @@ class HarnessBase:
         """The messages that come before the run's own.
 
         The history given, else those of the session's runs that had completed when the run
-        was created (`RunState.history_runs`); without that (its session's first run, which no
-        run precedes, or a run saved before it was kept), the session's earlier runs completed
-        by now.
+        was created (`RunState.history_runs`); without that (a run started in a new session,
+        which no run precedes, or one saved before it was kept), the session's earlier runs
+        completed by now.
         """
         if self._given_history is not None:
             return list(self._given_history)

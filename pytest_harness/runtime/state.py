@@ -82,9 +82,10 @@ class RunState:
     journal entry (recorded runs only): a worker that resumes the run after a crash journals
     it as interrupted."""
     history_runs: list[str] | None = None
-    """The session's runs whose messages come before this run's, as they were when it was
-    created (None: the run was its session's first). Each drive asks with exactly these, so a
-    run of the session that completes while this one waits does not change its conversation."""
+    """The runs of its session whose messages come before this run's: those completed when it
+    was created with a `session_id` (None: started in a new session, which no run precedes).
+    Each drive asks with exactly these, so a run of the session that completes while this one
+    waits, or that was created at the same moment, does not change its conversation."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form the store keeps."""
