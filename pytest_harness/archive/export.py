@@ -91,7 +91,9 @@ async def open_store(path_or_url: str | os.PathLike[str]) -> AsyncIterator[Store
                 "harness's state.path, e.g. .harness/state.db)"
             )
         from pytest_harness.store.sqlite import SQLiteStore
+        from pytest_harness.store.sqlite_file import check_store_file
 
+        check_store_file(path)  # read-only: opening the store would create its tables
         store = SQLiteStore(path)
     await store.open()
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 from pytest_harness.errors import StoreError
 from pytest_harness.store.sqlite_schema import _MIGRATIONS, _MIN_SQLITE, SCHEMA_VERSION
 
-__all__ = ["check_sqlite", "connect", "create_file", "make_private", "migrate"]
+__all__ = ["check_sqlite", "check_store_file", "connect", "create_file", "make_private", "migrate"]
 
 
 def check_sqlite(path: Path) -> None:
@@ -152,6 +152,41 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
         raise
+
+
+def check_store_file(path: Path) -> None:
+    """Refuse, reading only, a file that is not a pytest-harness store of this version.
+
+    For opening a store that must exist as it is (`ph.open_store`, `export-incident`): the
+    store's own opening would otherwise create the schema in any sqlite file (or an empty one)
+    and switch it to WAL. `StoreError` naming the file and what it holds.
+    """
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {path}: {exc}") from exc
+    try:
+        version = _version(conn)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"cannot open store {path}: it is not a pytest-harness store ({exc}); give the "
+            "sqlite file of the harness's state.path, e.g. .harness/state.db"
+        ) from exc
+    finally:
+        conn.close()
+    if version == 0:
+        raise StoreError(
+            f"cannot open store {path}: it is not a pytest-harness store (it has no "
+            "schema_version table); give the sqlite file of the harness's state.path, e.g. "
+            ".harness/state.db; nothing was written"
+        )
+    if version != SCHEMA_VERSION:
+        _check_version(version, path)
+        raise StoreError(
+            f"cannot open store {path}: it has schema version {version}, older than version "
+            f"{SCHEMA_VERSION} of this pytest-harness; open it once with the harness (which "
+            "migrates it) before exporting from it; nothing was written"
+        )
 
 
 def _version(conn: sqlite3.Connection) -> int:

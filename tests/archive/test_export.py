@@ -211,3 +211,32 @@ def test_open_store_on_postgres_changes_nothing_in_the_database(
         conn.execute(f"INSERT INTO {pg_schema}.schema_migrations VALUES (1, 'runs', 0)".encode())
     with pytest.raises(ph.StoreError, match=r"at version 1, older than .* open it once"):
         asyncio.run(go())
+
+
+@pytest.mark.parametrize("content", ["another app's table", "empty", "not sqlite"])
+def test_open_store_on_a_file_that_is_no_store_changes_nothing(
+    tmp_path: Path, content: str
+) -> None:
+    """Forensics never creates a store: another app's database, an empty file and random bytes
+    are each a `StoreError` naming the file, and the file is left byte for byte as it was."""
+    import sqlite3
+
+    path = tmp_path / "other.db"
+    if content == "another app's table":
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE foo (x INTEGER)")
+        conn.close()
+    elif content == "empty":
+        path.write_bytes(b"")
+    else:
+        path.write_bytes(b"\x00not a database\xff" * 64)
+    before = path.read_bytes()
+
+    async def go() -> None:
+        async with ph.open_store(path):
+            pass
+
+    with pytest.raises(ph.StoreError, match=r"cannot open store .*other\.db: it is not a"):
+        asyncio.run(go())
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no -wal, no -shm
