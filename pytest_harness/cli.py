@@ -56,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the console script with `argv` (default: `sys.argv[1:]`) and return its exit code."""
     out, err = _consoles()
     try:
+        _check_unicode(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(argv)
         _choose_spec(args)
     except _UsageError as exc:
@@ -72,6 +73,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error(err, "interrupted")
         return 130
+
+
+def _check_unicode(argv: Sequence[str]) -> None:
+    """Refuse an argument that is not valid UTF-8, before anything runs (`_UsageError`).
+
+    Python keeps such bytes as lone surrogates, which no store can write.
+    """
+    for position, arg in enumerate(argv, 1):
+        if arg.isascii():
+            continue
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise _UsageError(
+                f"argument {position} ({shown!r}) is not valid UTF-8; give text in UTF-8"
+            ) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

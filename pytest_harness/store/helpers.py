@@ -103,14 +103,16 @@ def encode_json(value: object, what: str) -> str:
     """Encode `value` as compact JSON text, the one encoding every store writes.
 
     Any `Mapping` is written as an object and a tuple as an array. A value JSON cannot hold
-    (circular or nested too deep included) is a `StoreError` naming `what` (for example
+    (circular or nested too deep included, or a string with a lone surrogate, which is no
+    UTF-8) is a `StoreError` naming `what` (for example
     `"the state of run run_…"`).
     """
     try:
-        if type(value) is PreparedJSON:
-            return value.text()
-        return _encode(value)
-    except (TypeError, ValueError) as exc:
+        text = value.text() if type(value) is PreparedJSON else _encode(value)
+        if not text.isascii():
+            text.encode("utf-8")  # a lone surrogate: no store can keep it as UTF-8
+        return text
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise StoreError(
             f"cannot store {what}: {exc}; keep it to JSON values (objects, arrays, strings, "
             "finite numbers, booleans and null); nothing was written"

@@ -57,6 +57,10 @@ __all__ = [
 ]
 
 
+_NOT_THE_TOOLS = (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)
+"""Raised through a tool call, never turned into its outcome: Ctrl-C and cancellation."""
+
+
 class _Expired(Exception):
     """The `asyncio.timeout` around a call fired (not a `TimeoutError` the tool raised)."""
 
@@ -213,14 +217,46 @@ class Tool:
                     result = await self._call_within(limit, kwargs)
             except _Expired:
                 return self._expired(kind, limit or 0.0, started=True)
-            except Exception as exc:
-                return ToolOutcome.failure(
+            except BaseException as exc:
+                if isinstance(exc, _NOT_THE_TOOLS):
+                    raise
+                # any other error is the tool's answer, `SystemExit` included: a tool that
+                # calls sys.exit() must not end the process and strand its run
+                outcome = ToolOutcome.failure(
                     "error",
                     f"tool {self.name!r} raised {_describe(exc)}",
                     type=type(exc).__name__,
                     message=str(exc),
                 )
-        return ToolOutcome.success(result)
+            else:
+                outcome = ToolOutcome.success(result)
+        return self._unicode(outcome)
+
+    def _unicode(self, outcome: ToolOutcome) -> ToolOutcome:
+        """`outcome`, or an error outcome when its text is not valid Unicode.
+
+        A lone surrogate (a string decoded with `surrogateescape`, say) cannot be stored as
+        UTF-8: the run would stop at its next commit.
+        """
+        text = outcome.text
+        message = "" if outcome.error is None else outcome.error.get("message", "")
+        for part in (text, message):
+            if part.isascii():
+                continue
+            try:
+                part.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                what = "its result" if outcome.ok else "the error it raised"
+                bad = part[exc.start : exc.end].encode("utf-8", "backslashreplace").decode()
+                return ToolOutcome.failure(
+                    "error",
+                    f"tool {self.name!r} returned text that is not valid Unicode in {what}: "
+                    f"{bad} at character {exc.start} ({exc.reason}); return str decoded as "
+                    "UTF-8 (bytes.decode('utf-8', 'replace'))",
+                    type="UnicodeEncodeError",
+                    message=f"{exc.reason} at character {exc.start}",
+                )
+        return outcome
 
     async def _call_within(self, limit: float, kwargs: dict[str, Any]) -> Any:
         """Call the function, cut off after `limit` seconds (`_Expired`).

@@ -630,3 +630,15 @@ def test_replay_tools_safe_invokes_safe_tools(cli) -> None:
     assert "~ step 1 tool lookup_order → ok (result.status: 'delivered' → 'lost')" in safe.out
     bad = cli("replay", run_id, "harness.yaml", "--tools", "all")
     assert bad.code == 2 and "invalid choice: 'all'" in bad.err
+
+
+def test_an_argument_that_is_not_utf8_is_a_usage_error_naming_it(cli) -> None:
+    """Bytes that are not UTF-8 reach Python as lone surrogates, which no store can write:
+    refused before anything runs, with one line and exit code 2."""
+    bad = b"Refund \xff A-1".decode("utf-8", "surrogateescape")
+    out = cli("run", "orders", bad, "harness.yaml", "--principal", "ann")
+    assert out.code == 2 and out.out == ""
+    assert out.err == (
+        "pytest-harness: error: argument 3 ('Refund \\\\xff A-1') is not valid UTF-8; give "
+        "text in UTF-8\n"
+    )

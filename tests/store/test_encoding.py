@@ -41,6 +41,7 @@ def test_what_json_cannot_hold_is_a_store_error_naming_it() -> None:
         ({"a": object()}, "Object of type object is not JSON serializable"),
         ({(1, 2): 1}, "keys must be str"),
         (circular, "circular or nested too deep"),
+        ({"text": "a\udc80b"}, "surrogates not allowed"),  # a lone surrogate is no UTF-8
     ]:
         with pytest.raises(StoreError, match="cannot store the state of run r") as caught:
             encode_json(bad, "the state of run r")

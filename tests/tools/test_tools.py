@@ -787,6 +787,61 @@ def test_a_tool_that_raises_comes_back_as_an_error_outcome() -> None:
     )
 
 
+@pytest.mark.parametrize("timeout", [None, 1.0])
+def test_a_tool_that_exits_or_raises_a_base_exception_comes_back_as_an_error(
+    timeout: float | None,
+) -> None:
+    """`sys.exit()` in a tool, or a `BaseException` of its own, is its answer: the process goes
+    on and the run with it. Ctrl-C is not a tool's answer and goes through."""
+
+    class Stop(BaseException):
+        pass
+
+    def exits() -> None:
+        sys.exit(4)
+
+    async def stops() -> None:
+        raise Stop("stop")
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    spec = None if timeout is None else ToolSpec(call="x:t", timeout=timeout)
+    made = [
+        Tool(name, fn) if spec is None else Tool(name, fn, spec)
+        for name, fn in [("exits", exits), ("stops", stops), ("interrupted", interrupted)]
+    ]
+    exited, stopped = invoke(made[0], {}), invoke(made[1], {})
+    assert (exited.kind, exited.text, exited.error) == (
+        "error",
+        "tool 'exits' raised SystemExit: 4",
+        {"type": "SystemExit", "message": "4"},
+    )
+    assert (stopped.kind, stopped.text) == ("error", "tool 'stops' raised Stop: stop")
+    with pytest.raises(KeyboardInterrupt):
+        invoke(made[2], {})
+
+
+def test_a_result_that_is_not_valid_unicode_is_an_error_naming_the_character() -> None:
+    """A lone surrogate (bytes decoded with `surrogateescape`) cannot be stored as UTF-8."""
+
+    def listing() -> str:
+        return b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+
+    def complains() -> None:
+        raise ValueError("bad name " + b"\xff".decode("utf-8", "surrogateescape"))
+
+    outcome = invoke(Tool("listing", listing), {})
+    assert outcome.kind == "error" and outcome.error is not None
+    assert outcome.text.startswith(
+        "tool 'listing' returned text that is not valid Unicode in its result: \\udce9 at character"
+    )
+    assert outcome.text.isascii()
+    raised = invoke(Tool("complains", complains), {})
+    assert raised.kind == "error" and "in the error it raised: \\udcff" in raised.text
+    assert invoke(Tool("fine", lambda: "café"), {}).text == "café"
+
+
 def test_an_exception_without_a_message_is_named() -> None:
     async def explode() -> None:
         raise KeyError
