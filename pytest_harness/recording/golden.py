@@ -25,15 +25,16 @@ import tempfile
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError, model_validator
 
 from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.runtime.results import RunStatus
 from pytest_harness.runtime.trace import Decision, Trace
+from pytest_harness.tools.outcome import OutcomeKind
 
 if TYPE_CHECKING:
     from pytest_harness.recording.model import Recording
@@ -71,6 +72,41 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class _Who(BaseModel):
+    """A principal or an approver as `Principal.to_dict` writes it (other keys are kept)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: Annotated[str, StringConstraints(min_length=1)]
+    roles: list[str] = []
+    tenant: str | None = None
+
+
+class _Error(_Strict):
+    type: str
+    message: str
+
+
+class _ToolOutcome(_Strict):
+    """A tool outcome as `ToolOutcome.to_dict` writes it."""
+
+    ok: bool | None = None
+    kind: OutcomeKind
+    value: Any = None
+    text: str
+    error: _Error | None = None
+
+    @model_validator(mode="after")
+    def _ok_fits_the_kind(self) -> _ToolOutcome:
+        if self.ok is not None and self.ok is not (self.kind in ("ok", "resolved")):
+            raise ValueError(f"an outcome of kind {self.kind!r} cannot have ok: {self.ok}")
+        return self
+
+
+def _given(model: BaseModel) -> dict[str, Any]:
+    """The keys the file gave, as it gave them."""
+    return model.model_dump(exclude_unset=True)
+
+
 class _Request(_Strict):
     system: str | None = None
     tools: str | None = None
@@ -88,7 +124,7 @@ class _Turn(_Strict):
 class _Tool(_Strict):
     name: str
     args: dict[str, Any]
-    outcome: dict[str, Any]
+    outcome: _ToolOutcome
 
 
 class _Approval(_Strict):
@@ -96,7 +132,7 @@ class _Approval(_Strict):
     args: dict[str, Any]
     rule: str | None
     decision: Literal["approve", "decline"]
-    approver: dict[str, Any]
+    approver: _Who
     reason: str | None = None
 
 
@@ -127,7 +163,7 @@ class _File(_Strict):
     format: str
     task: str
     input: str
-    principal: dict[str, Any]
+    principal: _Who
     tenant: str | None = None
     labels: dict[str, str] = {}
     history: list[dict[str, Any]] = []
@@ -164,7 +200,7 @@ def recording_fields(path: Path) -> dict[str, Any]:
     return dict(
         task=parsed.task,
         input=parsed.input,
-        principal=parsed.principal,
+        principal=_given(parsed.principal),
         tenant=parsed.tenant,
         labels=parsed.labels,
         history=tuple(parsed.history),
@@ -172,7 +208,8 @@ def recording_fields(path: Path) -> dict[str, Any]:
         tool_schemas=None if parsed.tool_schemas is None else tuple(parsed.tool_schemas),
         model_turns=tuple(_turn(t) for t in parsed.model_turns),
         tool_results=tuple(
-            ToolResult(name=t.name, args=t.args, outcome=t.outcome) for t in parsed.tool_results
+            ToolResult(name=t.name, args=t.args, outcome=_given(t.outcome))
+            for t in parsed.tool_results
         ),
         approvals=tuple(
             ApprovalDecision(
@@ -180,7 +217,7 @@ def recording_fields(path: Path) -> dict[str, Any]:
                 args=a.args,
                 rule=a.rule,
                 decision=a.decision,
-                approver=a.approver,
+                approver=_given(a.approver),
                 reason=a.reason,
             )
             for a in parsed.approvals

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -82,3 +83,54 @@ def test_any_bytes_as_a_hx_archive_load_or_are_an_archive_error(tmp_path_factory
     path.write_bytes(b"PK\x03\x04" + data)
     with contextlib.suppress(ArchiveError):
         Recording.load(path)
+
+
+SHOP = Path(__file__).parents[2] / "recordings" / "test_shop"
+GOLDEN = SHOP / "test_big_refund_approved_by_finance.yaml"
+
+
+def _principal_without_id(data: dict) -> None:
+    del data["principal"]["id"]
+
+
+def _principal_roles_a_number(data: dict) -> None:
+    data["principal"]["roles"] = 7
+
+
+def _outcome_without_text(data: dict) -> None:
+    del data["tool_results"][0]["outcome"]["text"]
+
+
+def _outcome_kind_a_list(data: dict) -> None:
+    data["tool_results"][0]["outcome"]["kind"] = ["ok"]
+
+
+def _outcome_ok_against_its_kind(data: dict) -> None:
+    data["tool_results"][0]["outcome"]["ok"] = False
+
+
+def _approver_roles_numbers(data: dict) -> None:
+    data["approvals"][0]["approver"]["roles"] = [1]
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (_principal_without_id, "principal: missing required key 'id'"),
+        (_principal_roles_a_number, "principal.roles: expected a list, got 7"),
+        (_outcome_without_text, "tool_results[0].outcome: missing required key 'text'"),
+        (_outcome_kind_a_list, "tool_results[0].outcome.kind: expected 'ok', "),
+        (_outcome_ok_against_its_kind, "an outcome of kind 'ok' cannot have ok: False"),
+        (_approver_roles_numbers, "approvals[0].approver.roles[0]: expected a string, got 1"),
+    ],
+)
+def test_a_field_the_replay_reads_is_checked_when_the_file_loads(tmp_path, damage, says) -> None:
+    """Who ran it, who approved, a tool's outcome: a bad shape is an `ArchiveError` naming the
+    file, line and key when the file loads (a replay crashed on each with a bare error)."""
+    data = yaml.safe_load(GOLDEN.read_text())
+    damage(data)
+    path = tmp_path / "damaged.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ArchiveError, match=r"bad recording file .*damaged\.yaml:\d+ ") as caught:
+        Recording.load(path)
+    assert says in str(caught.value)
