@@ -2,16 +2,17 @@
 
 A replay drives its twin over a store nobody else reads: its events have no subscriber, and
 its journal is read once, by the replay itself, to build the replay's own recording. So this
-`MemoryStore` keeps no events, and keeps each journal entry's payload as the driver noted it
-instead of as JSON text: decoding the whole journal again at the end, and encoding the events,
-were about a tenth of a replay's time.
+`MemoryStore` keeps no events, and its `journal()` gives each entry the payload the driver
+noted instead of decoding the entry's JSON text again: decoding the whole journal at the end,
+and encoding the events, were about a tenth of a replay's time.
 
-Every payload is still encoded when committed, as the memory store encodes it, so one JSON
-cannot hold fails the replay as it fails a live run (`StoreError`, then `RecordingError`);
-only the text is not kept. The run's state and approvals are kept as the memory store keeps
-them. Its `kind` stays `memory` (the driver renews no lease on it).
+Everything else is the memory store's own: each payload is still encoded when committed (so
+one JSON cannot hold fails the replay as it fails a live run: `StoreError`, then
+`RecordingError`), entries keep its order, `seq` and skipping of a retried entry, and the
+run's state and approvals are kept as it keeps them. Its `kind` stays `memory` (the driver
+renews no lease on it).
 
-Keeping the noted objects is sound because nothing changes a payload once its boundary is
+Giving out the noted objects is sound because nothing changes a payload once its boundary is
 committed: each is built whole when noted (`runtime/journal.py`), and what it holds of the run
 is either new or replaced whole later, never changed in place (a call's `args` and `outcome`,
 see `RunState.calls`; the messages and trace entries, see `StateText`).
@@ -26,7 +27,6 @@ from dataclasses import replace
 from typing import Any
 
 from pytest_harness.store.base import (
-    JOURNAL_FORMAT,
     ApprovalDecision,
     ApprovalRow,
     EventDraft,
@@ -35,16 +35,15 @@ from pytest_harness.store.base import (
     NewApproval,
     NewRun,
     RunRecord,
-    encode_json,
-    stale_token,
 )
 from pytest_harness.store.memory import MemoryStore
+from pytest_harness.store.memory_rows import _Run
 
 __all__ = ["TwinStore"]
 
 
 class TwinStore(MemoryStore):
-    """A `MemoryStore` without events whose journal entries are the drafts' own payloads.
+    """A `MemoryStore` without events whose journal entries carry the drafts' own payloads.
 
     `journal()` returns those payloads as they were noted (not copies): the caller must not
     change them. Everything else follows the `Store` contract as `MemoryStore` does.
@@ -52,49 +51,23 @@ class TwinStore(MemoryStore):
 
     def __init__(self) -> None:
         super().__init__()
-        self._entries: dict[str, list[JournalEntry]] = {}
-        self._entry_ids: set[str] = set()
+        self._payloads: dict[str, Mapping[str, Any]] = {}
+        """Each committed journal entry's payload as noted, by entry id."""
 
-    @staticmethod
-    def _check(run_id: str, drafts: Sequence[JournalDraft]) -> None:
-        """Encode each payload as the memory store would; `StoreError` for one JSON can't hold."""
-        what = f"the journal of run {run_id}"
+    def _noted(self, drafts: Sequence[JournalDraft]) -> None:
+        """Keep the payloads of a committed write's entries (a retried entry keeps its first)."""
         for draft in drafts:
-            encode_json(draft.payload, what)
+            self._payloads.setdefault(draft.id, draft.payload)
 
-    def _keep(self, run_id: str, drafts: Sequence[JournalDraft]) -> None:
-        """Append the drafts to the run's journal; an id it already holds is skipped."""
-        if not drafts:
-            return
-        session = self._run(run_id).session_id
-        kept = self._entries.setdefault(run_id, [])
-        for draft in drafts:
-            if draft.id in self._entry_ids:
-                continue  # a retried write: this boundary is journaled already
-            self._entry_ids.add(draft.id)
-            kept.append(
-                JournalEntry(
-                    id=draft.id,
-                    seq=len(kept) + 1,
-                    format=JOURNAL_FORMAT,
-                    session_id=session,
-                    run_id=run_id,
-                    step=draft.step,
-                    attempt_id=draft.attempt_id,
-                    ts=draft.ts,
-                    execution_key=draft.execution_key,
-                    kind=draft.kind,
-                    payload=draft.payload,
-                )
-            )
+    def _entry(self, run: _Run, seq: int) -> JournalEntry:
+        """The entry at `seq` with the payload as noted, not decoded from its text."""
+        return run.entry(seq, self._payloads[run.journal[seq - 1][0]])
 
     async def create_run(self, run: NewRun) -> tuple[RunRecord, bool]:
-        """Insert the run (without its events) and keep its first journal entries."""
-        self._check(run.run_id, run.journal)
-        record, created = await super().create_run(replace(run, events=(), journal=()))
+        """`MemoryStore.create_run` without the run's first events."""
+        record, created = await super().create_run(replace(run, events=()))
         if created:
-            self._entries[record.run_id] = []
-            self._keep(record.run_id, run.journal)
+            self._noted(run.journal)
         return record, created
 
     async def commit(
@@ -111,11 +84,7 @@ class TwinStore(MemoryStore):
         clear_control: str | None = None,
         journal: Sequence[JournalDraft] = (),
     ) -> str | None:
-        """`MemoryStore.commit` without the events; the journal is kept once the write is."""
-        run = self._run(run_id)
-        if run.lease_token != token:  # the memory store's first check, before any encoding
-            raise stale_token(run_id, token, run.lease_token, run.lease_owner)
-        self._check(run_id, journal)
+        """`MemoryStore.commit` without the events."""
         control = await super().commit(
             run_id,
             token,
@@ -125,8 +94,9 @@ class TwinStore(MemoryStore):
             lease_ttl=lease_ttl,
             release=release,
             clear_control=clear_control,
+            journal=journal,
         )
-        self._keep(run_id, journal)
+        self._noted(journal)
         return control
 
     async def decide_approval(
@@ -141,9 +111,7 @@ class TwinStore(MemoryStore):
         event: EventDraft | None = None,
         journal: JournalDraft | None = None,
     ) -> ApprovalRow:
-        """`MemoryStore.decide_approval` without the event; its journal entry is kept."""
-        if journal is not None:
-            self._check(run_id, [journal])
+        """`MemoryStore.decide_approval` without the event."""
         row = await super().decide_approval(
             run_id,
             approval_id,
@@ -151,18 +119,8 @@ class TwinStore(MemoryStore):
             approver=approver,
             approver_roles=approver_roles,
             reason=reason,
+            journal=journal,
         )
         if journal is not None:
-            self._keep(run_id, [journal])
+            self._noted([journal])
         return row
-
-    async def journal(
-        self, run_id: str, *, after: int = 0, limit: int | None = None
-    ) -> list[JournalEntry]:
-        """The run's journal entries after `seq` `after`, in order, their payloads as noted."""
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be zero or more, got {limit}")
-        self._run(run_id)
-        kept = self._entries.get(run_id, [])
-        start = max(0, after)
-        return kept[start:] if limit is None else kept[start : start + limit]

@@ -406,7 +406,11 @@ class MemoryStore:
         run = self._run(run_id)
         start = max(0, after)
         end = len(run.journal) if limit is None else min(len(run.journal), start + limit)
-        return [run.entry(seq) for seq in range(start + 1, end + 1)]
+        return [self._entry(run, seq) for seq in range(start + 1, end + 1)]
+
+    def _entry(self, run: _Run, seq: int) -> JournalEntry:
+        """The run's journal entry at `seq`, its payload decoded from the text kept."""
+        return run.entry(seq)
 
     async def put_artifact(self, artifact: StoredArtifact) -> None:
         """Keep the artifact's bytes by hash (write-once)."""

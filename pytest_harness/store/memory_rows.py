@@ -8,8 +8,8 @@ store).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from pytest_harness.store.base import (
     JOURNAL_FORMAT,
@@ -101,8 +101,9 @@ class _Run:
         """Entries in `seq` order (`seq` is the index + 1)."""
         self.journal_ids: set[str] = set()
 
-    def entry(self, seq: int) -> JournalEntry:
-        entry_id, kind, step, ts, attempt_id, execution_key, payload = self.journal[seq - 1]
+    def entry(self, seq: int, payload: Mapping[str, Any] | None = None) -> JournalEntry:
+        """The journal entry at `seq`; its payload decoded, or `payload` when given."""
+        entry_id, kind, step, ts, attempt_id, execution_key, text = self.journal[seq - 1]
         return JournalEntry(
             id=entry_id,
             seq=seq,
@@ -114,7 +115,7 @@ class _Run:
             ts=ts,
             execution_key=execution_key,
             kind=kind,
-            payload=_loads(payload),
+            payload=_loads(text) if payload is None else payload,
         )
 
     def record(self) -> RunRecord:
