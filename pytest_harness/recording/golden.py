@@ -34,7 +34,7 @@ from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.runtime.results import RunStatus
 from pytest_harness.runtime.trace import Decision, Trace
-from pytest_harness.tools.outcome import OutcomeKind
+from pytest_harness.tools.outcome import OK_KINDS, OutcomeKind
 
 if TYPE_CHECKING:
     from pytest_harness.recording.model import Recording
@@ -97,7 +97,7 @@ class _ToolOutcome(_Strict):
 
     @model_validator(mode="after")
     def _ok_fits_the_kind(self) -> _ToolOutcome:
-        if self.ok is not None and self.ok is not (self.kind in ("ok", "resolved")):
+        if self.ok is not None and self.ok is not (self.kind in OK_KINDS):
             raise ValueError(f"an outcome of kind {self.kind!r} cannot have ok: {self.ok}")
         return self
 

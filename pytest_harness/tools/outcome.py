@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args
 from pytest_harness.store.helpers import json_text
 from pytest_harness.tools.artifacts import Artifact, collect_artifacts
 
-__all__ = ["OutcomeKind", "ToolOutcome"]
+__all__ = ["OK_KINDS", "OutcomeKind", "ToolOutcome"]
 
 OutcomeKind = Literal[
     "ok",
@@ -39,7 +39,8 @@ is settled by `Harness.resolve` as `resolved` (a result someone supplied; `ok` i
 """
 
 _KINDS: frozenset[str] = frozenset(get_args(OutcomeKind))
-_OK_KINDS = frozenset({"ok", "resolved"})
+OK_KINDS = frozenset({"ok", "resolved"})
+"""The kinds of an outcome whose `ok` is true."""
 
 _MAX_SHOWN = 80
 """Longest repr of a bad value quoted back to the model."""
@@ -122,8 +123,8 @@ class ToolOutcome:
             raise ValueError(
                 f"tool outcome has kind {kind!r}; expected one of {', '.join(sorted(_KINDS))}"
             )
-        ok = data.get("ok", kind in _OK_KINDS)
-        if ok is not (kind in _OK_KINDS):
+        ok = data.get("ok", kind in OK_KINDS)
+        if ok is not (kind in OK_KINDS):
             raise ValueError(f"tool outcome of kind {kind!r} cannot have ok={ok!r}")
         text = data.get("text")
         if not isinstance(text, str):
