@@ -82,14 +82,14 @@ def _check_unicode(argv: Sequence[str]) -> None:
     """
     for position, arg in enumerate(argv, 1):
         if arg.isascii():
-            continue
-        try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError:
+            continue  # the common case, without importing the stores' helpers at start-up
+        from pytest_harness.store.helpers import utf8_error
+
+        if utf8_error(arg) is not None:
             shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             raise _UsageError(
                 f"argument {position} ({shown!r}) is not valid UTF-8; give text in UTF-8"
-            ) from None
+            )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,6 +30,7 @@ __all__ = [
     "json_text",
     "parse_cursor",
     "stale_token",
+    "utf8_error",
 ]
 
 Control = Literal["pause", "cancel"]
@@ -99,6 +100,20 @@ class PreparedJSON(dict[str, Any]):
         return self._text()
 
 
+def utf8_error(text: str) -> UnicodeEncodeError | None:
+    """Why `text` cannot be written as UTF-8, or None when it can.
+
+    What cannot is a lone surrogate, as bytes decoded with `surrogateescape` leave.
+    """
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc
+    return None
+
+
 def encode_json(value: object, what: str) -> str:
     """Encode `value` as compact JSON text, the one encoding every store writes.
 
@@ -109,8 +124,8 @@ def encode_json(value: object, what: str) -> str:
     """
     try:
         text = value.text() if type(value) is PreparedJSON else _encode(value)
-        if not text.isascii():
-            text.encode("utf-8")  # a lone surrogate: no store can keep it as UTF-8
+        if (not_utf8 := utf8_error(text)) is not None:
+            raise not_utf8  # a lone surrogate: no store can keep it as UTF-8
         return text
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise StoreError(

@@ -19,6 +19,7 @@ from pytest_harness.eager import start
 from pytest_harness.errors import did_you_mean
 from pytest_harness.importing import import_callable
 from pytest_harness.models.base import ToolSchema
+from pytest_harness.store.helpers import utf8_error
 from pytest_harness.tools.context import ToolContext, tool_context
 from pytest_harness.tools.outcome import OutcomeKind, ToolOutcome
 from pytest_harness.tools.plain import (
@@ -241,21 +242,19 @@ class Tool:
         text = outcome.text
         message = "" if outcome.error is None else outcome.error.get("message", "")
         for part in (text, message):
-            if part.isascii():
+            exc = utf8_error(part)
+            if exc is None:
                 continue
-            try:
-                part.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                what = "its result" if outcome.ok else "the error it raised"
-                bad = part[exc.start : exc.end].encode("utf-8", "backslashreplace").decode()
-                return ToolOutcome.failure(
-                    "error",
-                    f"tool {self.name!r} returned text that is not valid Unicode in {what}: "
-                    f"{bad} at character {exc.start} ({exc.reason}); return str decoded as "
-                    "UTF-8 (bytes.decode('utf-8', 'replace'))",
-                    type="UnicodeEncodeError",
-                    message=f"{exc.reason} at character {exc.start}",
-                )
+            what = "its result" if outcome.ok else "the error it raised"
+            bad = part[exc.start : exc.end].encode("utf-8", "backslashreplace").decode()
+            return ToolOutcome.failure(
+                "error",
+                f"tool {self.name!r} returned text that is not valid Unicode in {what}: "
+                f"{bad} at character {exc.start} ({exc.reason}); return str decoded as "
+                "UTF-8 (bytes.decode('utf-8', 'replace'))",
+                type="UnicodeEncodeError",
+                message=f"{exc.reason} at character {exc.start}",
+            )
         return outcome
 
     async def _call_within(self, limit: float, kwargs: dict[str, Any]) -> Any:
