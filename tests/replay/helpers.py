@@ -1,8 +1,9 @@
-"""What the replay tests share: the order desk's spec and script, and writing them."""
+"""What the replay tests share: the order desk's spec and script, writing and replaying them."""
 
 from __future__ import annotations
 
 import pytest_harness as ph
+from pytest_harness.replay.report import ReplayReport
 
 FINANCE = ph.Principal("fiona", ("finance",))
 
@@ -34,3 +35,9 @@ SCRIPT = (
 def write(app, spec: str = SPEC, script: str = SCRIPT) -> None:
     app.write(spec)
     app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
+
+
+async def replay_file(app, path, **kw: str) -> ReplayReport:
+    """Replay the recording at `path` against the app's spec, as it is now."""
+    async with ph.load(app.spec) as harness:
+        return await harness.replay(path, **kw)

@@ -8,7 +8,7 @@ import pytest_harness as ph
 from pytest_harness.errors import ArchiveError
 from pytest_harness.recording.model import DERIVED_FROM, STORED_FROM, Recording
 from pytest_harness.store import MemoryStore
-from tests.replay.helpers import FINANCE, SCRIPT, SPEC, write
+from tests.replay.helpers import FINANCE, SCRIPT, SPEC, replay_file, write
 
 pytestmark = pytest.mark.asyncio
 
@@ -24,11 +24,6 @@ async def record_run(app, tmp_path, name: str = "golden.yaml") -> tuple[str, Rec
         recording = await Recording.from_store(harness.store, done.run_id)
     recording.save(tmp_path / name)
     return done.run_id, recording
-
-
-async def replay_file(app, path) -> ph.RunResult:
-    async with ph.load(app.spec) as harness:
-        return await harness.replay(path)
 
 
 async def test_unchanged_spec_replays_the_same(app, tmp_path) -> None:

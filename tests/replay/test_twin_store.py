@@ -19,7 +19,7 @@ from pytest_harness.replay.twin_store import TwinStore
 from pytest_harness.store.base import EventDraft, JournalDraft, NewRun
 from pytest_harness.store.memory import MemoryStore
 from tests.replay import helpers
-from tests.replay.helpers import FINANCE, write
+from tests.replay.helpers import FINANCE, replay_file, write
 
 pytestmark = pytest.mark.asyncio
 
@@ -51,17 +51,12 @@ async def record(app, tmp_path, script: str, decision: str | None = None) -> Rec
     return recording
 
 
-async def replay_golden(app, tmp_path, **kw: str) -> ReplayReport:
-    async with ph.load(app.spec) as harness:
-        return await harness.replay(tmp_path / "golden.yaml", **kw)
-
-
 async def assert_same_over_both(app, tmp_path, **kw: str) -> ReplayReport:
     """Replay the golden over `TwinStore` and over `MemoryStore`; both must say the same."""
-    kept = await replay_golden(app, tmp_path, **kw)
+    kept = await replay_file(app, tmp_path / "golden.yaml", **kw)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(replayer, "TwinStore", MemoryStore)
-        snapshot = await replay_golden(app, tmp_path, **kw)
+        snapshot = await replay_file(app, tmp_path / "golden.yaml", **kw)
     assert kept.replayed == snapshot.replayed
     assert kept.render() == snapshot.render()
     return kept
