@@ -168,10 +168,28 @@ def _short_id(value: Any) -> str:
     return text if len(text) <= 16 else text[:14] + "…"
 
 
+def _field(value: Any, key: str) -> Any:
+    """`value[key]` when `value` is a mapping, else None: a payload is shown as it is."""
+    return value.get(key) if isinstance(value, Mapping) else None
+
+
+def _names(calls: Any) -> str:
+    """The names of a list of proposed calls (anything else in the list is skipped)."""
+    if not isinstance(calls, list):
+        return ""
+    return ", ".join(str(_field(c, "name")) for c in calls if isinstance(c, Mapping))
+
+
 def summary(record: Mapping[str, Any]) -> str:
-    """One line about a record's payload, for the timeline."""
-    payload = record.get("payload") or {}
-    kind = record.get("kind", "")
+    """One line about a record's payload, for the timeline.
+
+    Only `verify` vouches for a payload's shape per kind; a payload of the wrong shape is shown
+    with what it has (a missing value as `None`), never a crash.
+    """
+    payload = record.get("payload")
+    if not isinstance(payload, Mapping):
+        payload = {}
+    kind = str(record.get("kind", ""))
     if record.get("omitted"):
         names = [
             str(payload[k])
@@ -185,19 +203,19 @@ def summary(record: Mapping[str, Any]) -> str:
     elif kind == "model.started":
         text = f"{payload.get('model')} turn {payload.get('turn')}"
     elif kind == "model.response":
-        answer = payload.get("answer") or {}
-        calls = ", ".join(str(c.get("name")) for c in answer.get("calls") or [])
+        answer = payload.get("answer")
+        calls = _names(_field(answer, "calls"))
         text = f"{payload.get('model')}: " + (
-            f"calls {calls}" if calls else repr(answer.get("text"))
+            f"calls {calls}" if calls else repr(_field(answer, "text"))
         )
     elif kind == "model.completed":
-        usage = payload.get("usage") or {}
+        usage = payload.get("usage")
         text = (
-            f"{payload.get('model')}: {usage.get('input_tokens')} tokens in, "
-            f"{usage.get('output_tokens')} out"
+            f"{payload.get('model')}: {_field(usage, 'input_tokens')} tokens in, "
+            f"{_field(usage, 'output_tokens')} out"
         )
     elif kind == "model.processed":
-        calls = ", ".join(str(c.get("name")) for c in payload.get("calls") or [])
+        calls = _names(payload.get("calls"))
         shown = f"calls {calls}" if calls else repr(payload.get("text"))
         text = f"{payload.get('model')}: {shown}"
     elif kind.startswith("approval."):
@@ -205,12 +223,12 @@ def summary(record: Mapping[str, Any]) -> str:
     elif kind == "model.failed":
         text = f"{payload.get('model')}: {payload.get('error') or payload.get('exception')}"
     elif kind.startswith("tool."):
-        outcome = payload.get("outcome") or {}
+        outcome = payload.get("outcome")
         text = str(payload.get("name") or payload.get("tool") or "")
         if "args" in payload:
             text += " " + json.dumps(payload["args"], ensure_ascii=False)
         if outcome:
-            text += f" → {outcome.get('kind')}"
+            text += f" → {_field(outcome, 'kind')}"
         if payload.get("how"):
             text += f" ({payload['how']})"
     elif kind == "checkpoint":

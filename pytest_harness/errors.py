@@ -8,6 +8,7 @@ HarnessError
 ├── UnknownExecutionKey     the run has no tool call with that execution key
 ├── ResolutionError         a decision that does not fit the state (second answer, unknown approval)
 ├── ApprovalDenied          the approver may not answer this approval
+├── SessionDenied           a run may not join that session (another tenant's)
 ├── RunBusy                 another worker holds the run's lease
 ├── ScriptExhausted         a scripted model was asked for a turn its script does not have
 ├── LiveModelBlocked        a live model provider was called where live calls are not allowed
@@ -56,6 +57,7 @@ __all__ = [
     "RunLimitReached",
     "RunRefused",
     "ScriptExhausted",
+    "SessionDenied",
     "SpecError",
     "StoreError",
     "UnknownExecutionKey",
@@ -130,6 +132,24 @@ class ResolutionError(HarnessError):
 
 class ApprovalDenied(HarnessError):
     """The approver may not answer this approval (missing role, self-approval, other tenant)."""
+
+
+class SessionDenied(HarnessError):
+    """A run may not join the session it names: the session's runs belong to another tenant.
+
+    A session's runs share their conversation, so a run of one tenant (or of none) never joins
+    a session another tenant's runs started; the message names the session and the run's
+    tenant, not the session's.
+    """
+
+    def __init__(self, session_id: str, tenant: str | None) -> None:
+        self.session_id = session_id
+        self.tenant = tenant
+        who = "without a tenant" if tenant is None else f"of tenant {tenant!r}"
+        super().__init__(
+            f"session {session_id!r} belongs to another tenant: a run {who} cannot join it "
+            "(its conversation would be this run's history); start a new session"
+        )
 
 
 class RunBusy(HarnessError):

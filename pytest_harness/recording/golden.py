@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    StrictBool,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
@@ -39,7 +47,14 @@ from pytest_harness.tools.outcome import OK_KINDS, OutcomeKind
 if TYPE_CHECKING:
     from pytest_harness.recording.model import Recording
 
-__all__ = ["FORMAT", "VERSION", "dump_recording", "recording_fields", "write_recording"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "check_recording",
+    "dump_recording",
+    "recording_fields",
+    "write_recording",
+]
 
 FORMAT = "pytest-harness/recording"
 VERSION = 2
@@ -89,11 +104,18 @@ class _Error(_Strict):
 class _ToolOutcome(_Strict):
     """A tool outcome as `ToolOutcome.to_dict` writes it."""
 
-    ok: bool | None = None
+    ok: StrictBool | None = None
     kind: OutcomeKind
     value: Any = None
     text: str
     error: _Error | None = None
+
+    @field_validator("ok", mode="before")
+    @classmethod
+    def _ok_given_is_a_bool(cls, value: Any) -> Any:
+        if value is None:  # left out, it follows the kind; given, it is true or false
+            raise ValueError("ok is true or false (or left out), got null")
+        return value
 
     @model_validator(mode="after")
     def _ok_fits_the_kind(self) -> _ToolOutcome:
@@ -115,10 +137,45 @@ class _Request(_Strict):
     """The whole request's digest (a turn migrated from `@1`)."""
 
 
+class _Call(BaseModel):
+    """A call the model proposed, as `runtime.model_calls` records it."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    name: Annotated[str, StringConstraints(min_length=1)]
+    args: dict[str, Any] | None = None
+
+
+class _TokenUsage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class _Answer(BaseModel):
+    """A model answer as a replay plays it back.
+
+    An answer (`text`, `calls`, `usage`, ...), a model error (`error`, `message`) or what
+    else the model raised (`raised`, `message`).
+
+    Fields in the order they are written, so a loaded answer keeps its keys' order.
+    """
+
+    model_config = ConfigDict(extra="allow")
+    text: str | None = None
+    calls: list[_Call] | None = None
+    usage: _TokenUsage | None = None
+    thinking: list[dict[str, Any]] | None = None
+    incomplete: str | None = None
+    error: str | None = None
+    raised: str | None = None
+    message: str | None = None
+
+
 class _Turn(_Strict):
     model: str
     request: _Request
-    answer: dict[str, Any]
+    answer: _Answer
 
 
 class _Tool(_Strict):
@@ -238,6 +295,26 @@ def recording_fields(path: Path) -> dict[str, Any]:
 _CURRENT = f"{FORMAT}@{VERSION}"
 
 
+def check_recording(data: dict[str, Any], file: str) -> None:
+    """Check a recording's golden form (`Recording.to_dict`) as a golden file is checked.
+
+    For recordings made from records that no golden file checked (a `.hx` archive's): an
+    `ArchiveError` naming `file` and the first key whose value a replay could not play back
+    (`incident.hx: its records do not make a recording: model_turns[1].answer.calls[0]:
+    missing required key 'name'`).
+    """
+    from pytest_harness.spec.where import Where, validate_at
+    from pytest_harness.spec.yamlio import YamlDoc
+
+    try:
+        validate_at(_File, data, Where(YamlDoc(data=data, lines={}, file=file)))
+    except SpecError as exc:
+        where = f"{exc.key}: " if exc.key else ""
+        raise ArchiveError(
+            f"{file}: its records do not make a recording: {where}{exc.reason}"
+        ) from None
+
+
 def _read_fast(text: str) -> _File | None:
     """The file's content when it is plain YAML in the current format and valid; else None.
 
@@ -273,13 +350,12 @@ def _read_strict(text: str, file: str) -> _File:
 
 def _turn(turn: _Turn) -> ModelTurn:
     request = turn.request
+    answer = _given(turn.answer)
     parts = {"system": request.system, "tools": request.tools, "messages": request.messages}
     if all(isinstance(v, str) for v in parts.values()):
         full = {k: str(v) for k, v in parts.items()}
-        return ModelTurn(
-            model=turn.model, digest=request.digest or "", answer=turn.answer, parts=full
-        )
-    return ModelTurn(model=turn.model, digest=request.digest or "", answer=turn.answer)
+        return ModelTurn(model=turn.model, digest=request.digest or "", answer=answer, parts=full)
+    return ModelTurn(model=turn.model, digest=request.digest or "", answer=answer)
 
 
 def _check_format(data: dict[str, Any], error: Callable[[str, Any], SpecError]) -> None:

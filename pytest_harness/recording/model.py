@@ -144,6 +144,8 @@ class Recording:
                 model, request = requests.pop(str(attempt))
                 if kind == "model.response":
                     answer = payload["answer"]
+                    if not isinstance(answer, Mapping):
+                        raise TypeError(f"a model.response answer is a mapping, got {answer!r}")
                 elif "error" in payload:
                     answer = {"error": payload["error"], "message": payload["message"]}
                 else:  # the model raised something else: the run failed at this turn
@@ -154,7 +156,7 @@ class Recording:
                         digest=request["digest"],
                         answer=answer,
                         request=request.get("request"),
-                        parts=request.get("parts"),
+                        parts=_parts(request.get("parts")),
                     )
                 )
             elif (kind in ("tool.returned", "tool.failed") and payload.get("invoked")) or (
@@ -248,13 +250,16 @@ class Recording:
         """
         from pytest_harness.archive.reader import replayable_records
         from pytest_harness.errors import ArchiveError
+        from pytest_harness.recording.golden import check_recording
 
         shown = os.fspath(path)
         records = replayable_records(path)
         try:
             recording = cls.from_journal(records)
-        except (HarnessError, KeyError, TypeError, ValueError) as exc:
+            data = recording.to_dict()
+        except (HarnessError, AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ArchiveError(f"{shown}: its records do not make a recording: {exc}") from None
+        check_recording(data, shown)  # what a golden file is checked for, before any replay
         return replace(recording, source=Path(shown))
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
@@ -372,6 +377,13 @@ class Recording:
             ]
         cleaned: dict[str, Any] = stable_ids(data)
         return cleaned
+
+
+def _parts(parts: Any) -> Mapping[str, Any] | None:
+    """A `model.started` request's part digests: a mapping, or None (a request of `@1`)."""
+    if parts is not None and not isinstance(parts, Mapping):
+        raise TypeError(f"a model.started request's parts are a mapping, got {parts!r}")
+    return parts
 
 
 def _whole(payload: Mapping[str, Any], sent: dict[str, Any]) -> Mapping[str, Any]:

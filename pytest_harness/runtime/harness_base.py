@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from pytest_harness.errors import RecordingError, RunBusy, StoreError, UnknownTask
+from pytest_harness.errors import RecordingError, RunBusy, SessionDenied, StoreError, UnknownTask
 from pytest_harness.models.base import Message
 from pytest_harness.plugins import notify_checkpoint
 from pytest_harness.principal import Principal, as_principal
@@ -214,6 +214,8 @@ class HarnessBase:
         if session_id is not None:
             earlier = await self.store.session_runs(session_id)
             if earlier:
+                if any(run.tenant != tenant_ for run in earlier):
+                    raise SessionDenied(session_id, tenant_)
                 record = self._session_record(session_id, earlier[0].record)
         history_runs: list[str] | None = None
         if self._given_history is not None:

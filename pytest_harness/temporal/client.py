@@ -120,10 +120,12 @@ class TemporalHarness(Harness):
     ) -> RunHandle:
         """Start the run's `HarnessRun` workflow (id: the run id) and return a handle at once.
 
-        With `idempotency_key`, the run id is derived from it, so a second submit with the same
-        key returns the first run. A start that cannot cross in one Temporal payload (its input
-        and the session's earlier conversation over `paging.PAYLOAD_LIMIT`) raises
-        `PayloadTooLarge` and starts nothing.
+        With `idempotency_key`, the run id is derived from it, the tenant and the task, so a
+        second submit with the same key, tenant and task returns the first run (another
+        tenant's run with that key is never returned). In an existing session of another
+        tenant, `SessionDenied` and nothing starts. A start that cannot cross in one Temporal
+        payload (its input and the session's earlier conversation over
+        `paging.PAYLOAD_LIMIT`) raises `PayloadTooLarge` and starts nothing.
         """
         plan, who, tenant_, merged = self._starting(task, input, principal, tenant, labels)
         await self._open()
@@ -139,6 +141,8 @@ class TemporalHarness(Harness):
                     idempotency_key=idempotency_key,
                     new=session_id is None,
                     snapshot=self._ended_snapshot,
+                    tenant=tenant_,
+                    task=task,
                 )
             except RPCError as exc:
                 raise ExecutionError(f"session {session}: Temporal answered {exc}") from None

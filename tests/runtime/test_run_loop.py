@@ -418,6 +418,27 @@ tasks:
     sys.modules.pop("echo_model", None)
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_a_run_never_joins_another_tenants_session(app, store) -> None:
+    orders(app, "[{say: one}, {say: two}, {say: three}]")
+    async with ph.load(app.spec, store=store) as harness:
+        first = await harness.run("orders", "mine", principal="ann", tenant="a", session_id="s1")
+        for tenant in ("b", None):
+            with pytest.raises(ph.SessionDenied, match="session 's1' belongs to another tenant"):
+                await harness.run(
+                    "orders", "yours?", principal="eve", tenant=tenant, session_id="s1"
+                )
+        with pytest.raises(ph.SessionDenied, match="a run of tenant 'b' cannot join"):
+            await harness.submit("orders", "yours?", principal="eve", tenant="b", session_id="s1")
+        assert [r.run_id for r in await harness.runs()] == [first.run_id]  # nothing created
+        second = await harness.run("orders", "again", principal="bob", tenant="a", session_id="s1")
+        started = await harness.run("orders", "new", principal="eve", tenant="b")
+        history = (await harness.store.get_run(second.run_id)).state["history_runs"]
+    assert second.session_id == "s1" and second.status == ph.RunStatus.COMPLETED
+    assert history == [first.run_id]  # a run of the session's tenant joins it
+    assert started.session_id != "s1" and started.status == ph.RunStatus.COMPLETED
+
+
 async def test_live_models_are_blocked_when_not_allowed(app) -> None:
     app.write(
         """
