@@ -224,7 +224,10 @@ class DriverBase:
         # The output closes the last step the trace reached (a model call that failed is a step
         # the counter never took), so it never reads `step 0 output` after `step 1 model`.
         step = max([state.steps, *(int(d.get("step") or 0) for d in state.trace)])
-        self._decision(step, "output", "output", {"status": status.value})
+        ended: dict[str, Any] = {"status": status.value}
+        if error is not None:  # what failed the run is part of how it ended (not the message)
+            ended["error"] = error.get("type")
+        self._decision(step, "output", "output", ended)
         events = []
         if status is RunStatus.COMPLETED:
             events.append(EventDraft("text_complete", {"text": state.output}))

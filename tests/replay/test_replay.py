@@ -301,6 +301,47 @@ async def test_replay_of_an_unknown_task(app, tmp_path) -> None:
         await replay_file(app, tmp_path / "golden.yaml")
 
 
+async def test_a_run_that_fails_for_another_reason_never_replays_same(app, tmp_path) -> None:
+    """Recorded: the script runs out at turn 2. Today a guard's own code raises before that turn,
+    at the same step: same status, output and decisions up to the end, another error."""
+    module = app.root / f"{app.module}.py"
+    module.write_text(
+        module.read_text() + "\n\ndef broken(*args, **kwargs):\n    raise LookupError('no table')\n"
+    )
+    write(app, script="[{call: lookup_order, args: {order_id: A-1}}]")
+    async with ph.load(app.spec) as harness:
+        failed = await harness.run("orders", "look", principal="ann")
+        recording = await Recording.from_store(harness.store, failed.run_id)
+    assert failed.error is not None and failed.error["type"] == "ScriptExhausted"
+    recording.save(tmp_path / "failed.yaml")
+    assert (await replay_file(app, tmp_path / "failed.yaml")).same
+    guard = f"guards:\n  - {{id: G1, on: tool_result, check: '{app.module}:broken'}}"
+    write(app, SPEC.replace("guards: []", guard), "[{call: lookup_order, args: {order_id: A-1}}]")
+    report = await replay_file(app, tmp_path / "failed.yaml")
+    assert report.status == ("failed", "failed") and report.output == (None, None)
+    assert not report.same and report.failed(), report.render()
+    (change,) = report.decisions
+    assert (change.kind, change.change) == ("output", "changed")
+    assert "step 1 output → failed (error: ScriptExhausted → LookupError)" in report.render()
+
+
+async def test_a_failed_run_recorded_before_errors_were_decisions_still_replays_same(
+    app, tmp_path
+) -> None:
+    write(app, script="[{call: lookup_order, args: {order_id: A-1}}]")
+    async with ph.load(app.spec) as harness:
+        failed = await harness.run("orders", "look", principal="ann")
+        recording = await Recording.from_store(harness.store, failed.run_id)
+    recording.save(tmp_path / "old.yaml")
+    text = (tmp_path / "old.yaml").read_text(encoding="utf-8")
+    assert "    status: failed\n    error: ScriptExhausted\n" in text
+    (tmp_path / "old.yaml").write_text(
+        text.replace("    status: failed\n    error: ScriptExhausted\n", "    status: failed\n"),
+        encoding="utf-8",
+    )
+    assert (await replay_file(app, tmp_path / "old.yaml")).same
+
+
 async def test_every_model_attempt_is_in_the_store_journal_with_its_own_id(app) -> None:
     write(app, SPEC, script="[{error: server}, {error: rate_limit}, {say: fine}]")
     async with ph.load(app.spec) as harness:
