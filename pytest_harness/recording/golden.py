@@ -32,6 +32,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     StrictBool,
+    StrictFloat,
+    StrictInt,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -138,18 +140,27 @@ class _Request(_Strict):
 
 
 class _Call(BaseModel):
-    """A call the model proposed, as `runtime.model_calls` records it."""
+    """A call the model proposed, as `runtime.model_calls` records it.
+
+    As lenient as what the runtime records: a `function` model's call may have any id (even
+    null) and an empty name; the replay plays them back as they were.
+    """
 
     model_config = ConfigDict(extra="allow")
-    id: str
-    name: Annotated[str, StringConstraints(min_length=1)]
+    id: Any
+    name: str
     args: dict[str, Any] | None = None
+
+
+_Count = StrictInt | StrictFloat
+"""A token count as recorded: a number (a `function` model may report a fraction), never text
+or a boolean, kept as it is."""
 
 
 class _TokenUsage(BaseModel):
     model_config = ConfigDict(extra="allow")
-    input_tokens: int = 0
-    output_tokens: int = 0
+    input_tokens: _Count = 0
+    output_tokens: _Count = 0
 
 
 class _Answer(BaseModel):
@@ -158,7 +169,8 @@ class _Answer(BaseModel):
     An answer (`text`, `calls`, `usage`, ...), a model error (`error`, `message`) or what
     else the model raised (`raised`, `message`).
 
-    Fields in the order they are written, so a loaded answer keeps its keys' order.
+    Fields in the order the runtime writes them, so an answer it wrote keeps its keys' order
+    when loaded (keys it does not write come after them).
     """
 
     model_config = ConfigDict(extra="allow")

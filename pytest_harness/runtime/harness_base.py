@@ -214,14 +214,20 @@ class HarnessBase:
         if session_id is not None:
             earlier = await self.store.session_runs(session_id)
             if earlier:
-                if any(run.tenant != tenant_ for run in earlier):
+                if earlier[0].tenant != tenant_:  # the session is its first run's tenant's
                     raise SessionDenied(session_id, tenant_)
                 record = self._session_record(session_id, earlier[0].record)
         history_runs: list[str] | None = None
         if self._given_history is not None:
             history = list(self._given_history)
         else:
-            completed = [run for run in earlier if run.status == RunStatus.COMPLETED.value]
+            # only the tenant's own runs: another's may have slipped in, created at the same
+            # moment as the session's first run (it is refused from then on)
+            completed = [
+                run
+                for run in earlier
+                if run.status == RunStatus.COMPLETED.value and run.tenant == tenant_
+            ]
             history = [m for run in completed for m in run.state.get("messages") or []]
             if session_id is not None:  # every drive asks with these, whatever ends meanwhile
                 history_runs = [run.run_id for run in completed]
@@ -415,7 +421,7 @@ class HarnessBase:
         The history given, else those of the session's runs that had completed when the run
         was created (`RunState.history_runs`); without that (a run started in a new session,
         which no run precedes, or one saved before it was kept), the session's earlier runs
-        completed by now.
+        completed by now; never a run of another tenant.
         """
         if self._given_history is not None:
             return list(self._given_history)
@@ -423,8 +429,10 @@ class HarnessBase:
         wanted = None if kept is None else set(kept)
         history: list[Message] = []
         for earlier in await self.store.session_runs(record.session_id, before=record.run_id):
-            if earlier.status == RunStatus.COMPLETED.value and (
-                wanted is None or earlier.run_id in wanted
+            if (
+                earlier.status == RunStatus.COMPLETED.value
+                and earlier.tenant == record.tenant
+                and (wanted is None or earlier.run_id in wanted)
             ):
                 history.extend(earlier.state.get("messages") or [])
         return history

@@ -342,6 +342,44 @@ async def test_a_failed_run_recorded_before_errors_were_decisions_still_replays_
     assert (await replay_file(app, tmp_path / "old.yaml")).same
 
 
+@pytest.mark.parametrize(
+    "call, usage, call_id",
+    [
+        ('ProposedCall(None, "lookup_order", {"order_id": "A-1"})', "TokenUsage(3, 4)", None),
+        ('ProposedCall(7, "lookup_order", {"order_id": "A-1"})', "TokenUsage(1.5, 2)", 7),
+        ('ProposedCall("c1", "", {})', "TokenUsage(0, 0)", "c1"),
+    ],
+    ids=["null id", "number id, fractional tokens", "empty name"],
+)
+async def test_what_a_function_model_answered_loads_from_its_golden(
+    app, write_file, tmp_path, call: str, usage: str, call_id: object
+) -> None:
+    """A `function` model's answer is recorded unchecked: its golden loads and replays same."""
+    module = f"fn_{app.module}"
+    write_file(
+        f"{module}.py",
+        f"""
+        from pytest_harness.models.base import ModelResponse, ProposedCall, TokenUsage
+
+        def answer(request):
+            if len(request.messages) == 1:
+                return ModelResponse(calls=({call},), usage={usage})
+            return "done"
+        """,
+    )
+    app.write("tasks:\n  orders: {prompt: p, tools: [lookup_order]}\nstate: {record: true}\n")
+    text = app.spec.read_text().replace(
+        "use: scripted\n    script: []", f"use: function\n    call: '{module}:answer'"
+    )
+    app.spec.write_text(text)
+    async with ph.load(app.spec) as harness:
+        done = await harness.run("orders", "x", principal="ann")
+        (await Recording.from_store(harness.store, done.run_id)).save(tmp_path / "fn.yaml")
+    loaded = Recording.load(tmp_path / "fn.yaml")
+    assert loaded.model_turns[0].answer["calls"][0]["id"] == call_id
+    assert (await replay_file(app, tmp_path / "fn.yaml")).same
+
+
 async def test_every_model_attempt_is_in_the_store_journal_with_its_own_id(app) -> None:
     write(app, SPEC, script="[{error: server}, {error: rate_limit}, {say: fine}]")
     async with ph.load(app.spec) as harness:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import pytest_harness as ph
@@ -437,6 +439,33 @@ async def test_a_run_never_joins_another_tenants_session(app, store) -> None:
     assert second.session_id == "s1" and second.status == ph.RunStatus.COMPLETED
     assert history == [first.run_id]  # a run of the session's tenant joins it
     assert started.session_id != "s1" and started.status == ph.RunStatus.COMPLETED
+
+
+async def test_a_run_that_slipped_into_a_session_at_its_start_is_nobodys_history(app) -> None:
+    """Two tenants starting a session's first run at once on sqlite both get in (neither saw the
+    other); the session is then its first run's tenant's, and no history holds the other's."""
+    store = "sqlite"  # the memory store reads and creates without a pause: no race there
+    orders(app, "[{say: one}, {say: two}, {say: three}, {say: four}]")
+    async with ph.load(app.spec, store=store) as harness:
+        handles = await asyncio.gather(
+            harness.submit("orders", "mine", principal="ann", tenant="a", session_id="s1"),
+            harness.submit("orders", "theirs", principal="eve", tenant="b", session_id="s1"),
+            return_exceptions=True,
+        )
+        if any(isinstance(h, ph.SessionDenied) for h in handles):  # no race this time
+            assert not isinstance(handles[0], BaseException)
+            pytest.skip("the two starts did not overlap")
+        for handle in handles:
+            assert isinstance(handle, ph.RunHandle)
+            await handle.result()
+        runs = await harness.store.session_runs("s1")
+        owner, other = runs[0].tenant, runs[-1].tenant
+        assert {owner, other} == {"a", "b"}  # the race this test is about
+        later = await harness.run("orders", "again", principal="x", tenant=owner, session_id="s1")
+        with pytest.raises(ph.SessionDenied):
+            await harness.run("orders", "again", principal="y", tenant=other, session_id="s1")
+        kept = (await harness.store.get_run(later.run_id)).state["history_runs"]
+    assert kept == [runs[0].run_id]
 
 
 async def test_live_models_are_blocked_when_not_allowed(app) -> None:

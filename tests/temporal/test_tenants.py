@@ -9,7 +9,7 @@ import pytest
 from temporalio.client import Client
 
 import pytest_harness as ph
-from pytest_harness.temporal.sessions import keyed_id
+from pytest_harness.temporal.sessions import keyed_id, session_slots, slot_id
 from tests.temporal.helpers import WorkerProcess, make_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
@@ -79,3 +79,25 @@ async def test_a_run_an_earlier_version_keyed_is_found_by_its_tenant_and_task(
         )
     finally:
         await handle.terminate()
+
+
+async def test_a_run_whose_memo_names_no_tenant_is_handed_to_nobody(temporal_server: str) -> None:
+    """Runs started before tenants were kept in memos: neither joined nor returned by key."""
+    client = await Client.connect(temporal_server)
+    key, session = f"k-{uuid.uuid4().hex}", f"ses-{uuid.uuid4().hex}"
+    queue = f"nobody-{uuid.uuid4().hex}"
+    earlier = f"run_{uuid.uuid5(uuid.NAMESPACE_URL, key).hex}"
+    started = [
+        await client.start_workflow(
+            "HarnessRun", id=run_id, task_queue=queue, memo={"task": "refunds", "session": session}
+        )
+        for run_id in (earlier, slot_id(queue, session, 1))
+    ]
+    try:
+        for tenant in ("a", None):
+            assert await keyed_id(client, tenant, "refunds", key) != earlier
+            with pytest.raises(ph.SessionDenied, match=session):
+                await session_slots(client, queue, session, tenant)
+    finally:
+        for handle in started:
+            await handle.terminate()
