@@ -66,7 +66,7 @@ def _of(memo: Mapping[str, Any], tenant: str | None) -> bool:
 
 def _check_tenant(memo: Mapping[str, Any], session_id: str, tenant: str | None) -> None:
     """`SessionDenied` when the run whose start `memo` describes is not of `tenant`."""
-    if not _of(memo, tenant):
+    if "tenant" in memo and memo["tenant"] != tenant:  # a memo updated by the workflow may lack it
         raise SessionDenied(session_id, tenant)
 
 
