@@ -55,18 +55,18 @@ async def session_slots(
         taken.append(run_id)
 
 
-def _of(memo: Mapping[str, Any], tenant: str | None) -> bool:
-    """Whether the run whose start `memo` describes is of `tenant`.
+def _tenant(memo: Mapping[str, Any]) -> str | None:
+    """The tenant of the run whose start `memo` describes.
 
-    A memo that names no tenant (a run started by a version before tenants were kept there)
-    is of no tenant's: nothing of it is handed to anyone.
+    A run of no tenant has no `tenant` in its memo: Temporal drops a memo value that is null.
     """
-    return "tenant" in memo and memo["tenant"] == tenant
+    tenant = memo.get("tenant")
+    return tenant if isinstance(tenant, str) else None
 
 
 def _check_tenant(memo: Mapping[str, Any], session_id: str, tenant: str | None) -> None:
     """`SessionDenied` when the run whose start `memo` describes is not of `tenant`."""
-    if "tenant" in memo and memo["tenant"] != tenant:  # a memo updated by the workflow may lack it
+    if _tenant(memo) != tenant:
         raise SessionDenied(session_id, tenant)
 
 
@@ -109,8 +109,7 @@ async def keyed_id(client: Client, tenant: str | None, task: str, key: str) -> s
     Derived from the three, so another tenant's (or task's) run with the same key is never
     returned. A run an earlier version started with the key keeps the id it derived from the
     key alone: that id is used when its run's memo names the same tenant and task, so a retry
-    across an upgrade finds its run instead of starting a second one (a run whose memo names
-    no tenant is never handed back: its retry starts a run of its own).
+    across an upgrade finds its run instead of starting a second one.
     """
     name = json.dumps(["pytest-harness:idempotency", tenant, task, key])
     derived = f"run_{uuid.uuid5(uuid.NAMESPACE_URL, name).hex}"
@@ -122,7 +121,7 @@ async def keyed_id(client: Client, tenant: str | None, task: str, key: str) -> s
             return derived
         raise
     memo = await described.memo()
-    return earlier if _of(memo, tenant) and memo.get("task") == task else derived
+    return earlier if _tenant(memo) == tenant and memo.get("task") == task else derived
 
 
 async def place(
