@@ -86,8 +86,9 @@ async def open_store(path_or_url: str | os.PathLike[str]) -> AsyncIterator[Store
     else:
         path = Path(text)
         if not path.is_file():
+            what = "a folder, not a file" if path.is_dir() else "no such file"
             raise StoreError(
-                f"cannot open store {path}: no such file (give the sqlite file of the "
+                f"cannot open store {path}: {what} (give the sqlite file of the "
                 "harness's state.path, e.g. .harness/state.db)"
             )
         from pytest_harness.store.sqlite import SQLiteStore

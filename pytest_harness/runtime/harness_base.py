@@ -180,8 +180,9 @@ class HarnessBase:
         """What starting a run checks and settles before anything is written (here or on Temporal).
 
         The task's plan (`UnknownTask`), a string input (`TypeError`), the principal, whether
-        its live models may run, the tenant (the principal's when none is given) and the labels
-        (the task's, then `labels`).
+        its live models may run, the tenant (the principal's when none is given; an empty one
+        is none, `TypeError` for one that is not a string) and the labels (the task's, then
+        `labels`).
         """
         plan = self._plan(task)
         if not isinstance(input, str):
@@ -189,7 +190,10 @@ class HarnessBase:
         who = as_principal(principal)
         plan.check_live()
         tenant_ = tenant if tenant is not None else who.tenant
-        return plan, who, tenant_, {**plan.spec.labels, **(labels or {})}
+        if tenant_ is not None and not isinstance(tenant_, str):
+            raise TypeError(f"tenant must be a string or None, got {tenant_!r}")
+        # an empty tenant is no tenant, for sessions and keys alike, on every store
+        return plan, who, tenant_ or None, {**plan.spec.labels, **(labels or {})}
 
     async def _create(
         self,

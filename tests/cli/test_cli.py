@@ -333,6 +333,7 @@ def test_export_incident_reads_the_store_alone(cli) -> None:
         cli("export-incident", ".harness/state.db", "ses_x", run_id, "j.hx"), "does not belong"
     )
     one_error_line(cli("export-incident", "nope.db", session, run_id, "j.hx"), "no such file")
+    one_error_line(cli("export-incident", ".harness", session, run_id, "j.hx"), "a folder, not")
     assert not Path("j.hx").exists()
 
 

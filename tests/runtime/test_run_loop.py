@@ -441,6 +441,26 @@ async def test_a_run_never_joins_another_tenants_session(app, store) -> None:
     assert started.session_id != "s1" and started.status == ph.RunStatus.COMPLETED
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_an_empty_tenant_is_no_tenant(app, store) -> None:
+    """For sessions and idempotency keys alike, as the stores' keys always had it."""
+    orders(app, "[{say: one}, {say: two}, {say: three}]")
+    async with ph.load(app.spec, store=store) as harness:
+        first = await harness.run("orders", "x", principal="ann", tenant="", session_id="s1")
+        joined = await harness.run("orders", "y", principal="bob", session_id="s1")
+        by_principal = ph.Principal("eve", tenant="")
+        keyed = await harness.run("orders", "z", principal=by_principal, idempotency_key="k")
+        again = await harness.run("orders", "z", principal="eve", idempotency_key="k")
+        with pytest.raises(ph.SessionDenied):
+            await harness.run("orders", "w", principal="x", tenant="a", session_id="s1")
+        with pytest.raises(TypeError, match="tenant must be a string or None, got 7"):
+            await harness.run("orders", "w", principal="x", tenant=7)  # type: ignore[arg-type]
+        tenants = {r.run_id: r.tenant for r in await harness.runs()}
+    assert first.status is joined.status is ph.RunStatus.COMPLETED
+    assert again.run_id == keyed.run_id
+    assert set(tenants.values()) == {None} and len(tenants) == 3
+
+
 async def test_a_run_that_slipped_into_a_session_at_its_start_is_nobodys_history(app) -> None:
     """Two tenants starting a session's first run at once on sqlite both get in (neither saw the
     other); the session is then its first run's tenant's, and no history holds the other's."""
