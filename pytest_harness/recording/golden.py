@@ -31,6 +31,7 @@ import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -182,6 +183,8 @@ class _Answer(BaseModel):
     error: str | None = None
     raised: str | None = None
     message: str | None = None
+    wait: Annotated[StrictInt | StrictFloat, Field(ge=0, allow_inf_nan=False)] | None = None
+    """Seconds its provider asked to wait before a retry (a retryable error)."""
 
 
 class _Turn(_Strict):

@@ -148,6 +148,9 @@ class Recording:
                         raise TypeError(f"a model.response answer is a mapping, got {answer!r}")
                 elif "error" in payload:
                     answer = {"error": payload["error"], "message": payload["message"]}
+                    for kept in ("usage", "wait"):  # what it cost, and what its retry waited
+                        if kept in payload:
+                            answer[kept] = payload[kept]
                 else:  # the model raised something else: the run failed at this turn
                     answer = {"raised": payload["exception"], "message": payload["message"]}
                 turns.append(

@@ -103,6 +103,7 @@ async def replay(
         keep_requests=False,  # the replay's recording is compared and saved by digest only
         journal_kinds=STORED_FROM,  # and its journal keeps what that recording is read from
         durable=False,  # nothing resumes it: an attempt's start goes with its outcome
+        waits=False,  # a recorded wait before a retry is charged as it was, never slept
         hooks=False,  # not a run of the app's: plugins counting runs never see it
         # the conversation before the run, at its first drive and after each approval
         history=[cast(Message, dict(m)) for m in recording.history],

@@ -55,9 +55,10 @@ def _raised(name: str, message: str) -> Exception:
 def recorded_answer(answer: Mapping[str, Any], request: ModelRequest) -> ModelResponse:
     """A recorded model answer as the provider's answer; a recorded error is raised again.
 
-    A model error (`error`) is raised as the `ModelError` it was; anything else the model
-    raised (`raised`: a `function` model's exception, `ScriptExhausted`) fails the replayed run
-    as it failed the recorded one.
+    A model error (`error`) is raised as the `ModelError` it was, with what it cost and, as
+    its `retry_after`, the `wait` its provider asked before a retry (`TapeModel.retry_delay`);
+    anything else the model raised (`raised`: a `function` model's exception,
+    `ScriptExhausted`) fails the replayed run as it failed the recorded one.
     """
     if "raised" in answer:
         raise _raised(str(answer["raised"]), str(answer.get("message") or ""))
@@ -72,6 +73,7 @@ def recorded_answer(answer: Mapping[str, Any], request: ModelRequest) -> ModelRe
                 if usage
                 else None
             ),
+            retry_after=float(answer["wait"]) if answer.get("wait") is not None else None,
         )
     incomplete = answer.get("incomplete")
     return ModelResponse(
@@ -171,7 +173,12 @@ class TapeModel:
         return self.tape.next_answer(request)
 
     def retry_delay(self, attempt: int, error: ModelError | None = None) -> float:
-        """Recorded errors are retried at once."""
+        """The wait recorded with the error (none in a recording made before waits were kept).
+
+        The replay charges it to the retry budget and the deadline without sleeping it.
+        """
+        if error is not None and error.retry_after is not None:
+            return error.retry_after
         return 0.0
 
 

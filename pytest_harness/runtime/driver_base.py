@@ -90,6 +90,9 @@ class DriveContext:
     """Commit a recorded attempt's start before the model is asked, and a tool call's dispatch
     before the tool runs. A replay's twin, on a private memory store nothing resumes from,
     sends each with its outcome instead (a dispatch whose tool raised, right after it)."""
+    waits: bool = True
+    """Sleep the waits before model retries. A replay's twin charges each recorded wait to the
+    retry budget and the deadline, as the run did, and sleeps none."""
     hooks: bool = True
     """Tell the `harness_checkpoint` hooks of each committed boundary (a replay's twin, a
     private run of a recording, tells none)."""

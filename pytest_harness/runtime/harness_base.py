@@ -69,6 +69,7 @@ class HarnessBase:
         keep_requests: bool = True,
         journal_kinds: frozenset[str] | None = None,
         durable: bool = True,
+        waits: bool = True,
         hooks: bool = True,
         evals: EndedRuns | None = None,
         history: Sequence[Message] | None = None,
@@ -87,6 +88,7 @@ class HarnessBase:
         self._keep_requests = keep_requests
         self._journal_kinds = journal_kinds
         self._durable = durable
+        self._waits = waits
         self._hooks = hooks
         """Tell the `harness_checkpoint` hooks of its runs' boundaries (not a replay's twin)."""
         self._given_history = None if history is None else tuple(history)
@@ -336,6 +338,7 @@ class HarnessBase:
                     keep_requests=self._keep_requests,
                     journal_kinds=self._journal_kinds,
                     durable=self._durable,
+                    waits=self._waits,
                     hooks=self._hooks,
                     spec_digest=self.spec.digest,
                     hub=self._hub,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pytest_harness.eager import start
@@ -155,22 +156,29 @@ class ModelCalls(DriverBase):
         while True:
             number += 1
             try:
-                return await self._asked(link)
+                return await self._asked(link, partial(retry_clock.delay, number))
             except ModelError as exc:
                 if not exc.retryable or retry_clock.stop(number, exc):
                     raise
                 await self._retry_sleep(clock, retry_clock.wait(number, exc))
 
-    async def _asked(self, link: ModelLink) -> ModelResponse:
+    async def _asked(self, link: ModelLink, delay: Callable[[ModelError], float]) -> ModelResponse:
         """An attempt's answer; an attempt lost with its worker is asked again (not a retry)."""
         while True:
             try:
-                return await self._attempt(link)
+                return await self._attempt(link, delay)
             except AttemptLost:
                 continue
 
-    async def _attempt(self, link: ModelLink) -> ModelResponse:
-        """One model attempt: a new request, a turn, and its answer or error in the record."""
+    async def _attempt(
+        self, link: ModelLink, delay: Callable[[ModelError], float]
+    ) -> ModelResponse:
+        """One model attempt: a new request, a turn, and its answer or error in the record.
+
+        A retryable error is recorded with the `wait` its provider asks before a retry
+        (`delay`, the retry clock's, so it is asked once): a replay charges the same waits to
+        the retry budget, and so stops retrying where the run did, or where today's budget says.
+        """
         state = self.state
         arrived = asyncio.Event()
         request = self._request(link, arrived)
@@ -212,6 +220,8 @@ class ModelCalls(DriverBase):
             if exc.usage is not None:  # the failed answer said what it cost: count it
                 self._spend(link, *exc.usage)
                 failed["usage"] = {"input_tokens": exc.usage[0], "output_tokens": exc.usage[1]}
+            if exc.retryable:
+                failed["wait"] = delay(exc)
             self._end_attempt("model.failed", link, failed)
             self._decision(state.steps + 1, "model", link.name, {"error": exc.kind})
             if exc.kind in _UNKNOWN_CHARGE and exc.usage is None:
@@ -466,5 +476,9 @@ class ModelCalls(DriverBase):
         clock["retry_waited"] = round(clock.get("retry_waited", 0.0) + seconds, 6)
         clock["call_failures"] = clock.get("call_failures", 0) + 1
         await self._commit([], phase=Boundary.MODEL_FAILED)
-        if seconds > 0:
+        if seconds <= 0:
+            return
+        if self.ctx.waits:
             await asyncio.sleep(seconds)
+        else:  # a replay's wait passes at once, and counts towards the deadline as it did
+            self._elapsed0 += seconds

@@ -653,7 +653,8 @@ async def test_a_run_falls_back_to_the_next_model_when_retries_run_out(app, serv
     assert result.usage.usd == pytest.approx((30 * 1.0 + 4 * 5.0) / 1_000_000)
     keys = [(d.key, d.detail.get("error")) for d in result.trace.of_kind("model")]
     assert keys == [("default", "server"), ("default", "server"), ("backup", None)]
-    assert delays == [0.0]
+    # asked after each retryable failure, the last too: its wait is recorded for a replay
+    assert delays == [0.0, 0.0]
 
 
 async def test_live_calls_are_blocked_naming_the_provider(app, server) -> None:
