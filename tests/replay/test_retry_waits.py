@@ -92,3 +92,38 @@ async def test_a_wait_that_is_no_duration_is_refused_at_load(app, tmp_path, wait
     golden.write_text(golden.read_text().replace("wait: 0.05", f"wait: {wait}", 1))
     with pytest.raises(ph.ArchiveError, match="wait"):
         Recording.load(golden)
+
+
+async def test_what_a_failed_attempt_cost_counts_in_the_replay(app, write_file, tmp_path) -> None:
+    """The failed attempt charged 500 tokens, its retry 100. A token budget of 550 today
+    limits the run; a replay that lost the failed attempt's usage would say `same`."""
+    module = f"fn_{app.module}"
+    write_file(
+        f"{module}.py",
+        """
+        from pytest_harness.errors import ModelError
+        from pytest_harness.models.base import ModelResponse, TokenUsage
+
+        def answer(request):
+            if request.turn == 0:
+                raise ModelError("server", "overloaded", usage=(500, 0))
+            return ModelResponse(text="done", usage=TokenUsage(90, 10))
+        """,
+    )
+    spec = """
+models:
+  default: {{use: function, call: '{module}:answer', retries: 1}}
+tasks:
+  t: {{prompt: p, budget: {{tokens: {tokens}}}}}
+state: {{record: true}}
+"""
+    app.write(spec.format(module=module, tokens=10_000), base=False)
+    async with ph.load(app.spec) as harness:
+        done = await harness.run("t", "x", principal="ann")
+        (await Recording.from_store(harness.store, done.run_id)).save(tmp_path / "g.yaml")
+    assert done.usage.tokens_in == 590
+    app.write(spec.format(module=module, tokens=550), base=False)
+    async with ph.load(app.spec) as harness:
+        assert (await harness.run("t", "x", principal="ann")).status is ph.RunStatus.LIMITED
+        report = await harness.replay(tmp_path / "g.yaml")
+    assert report.status == ("completed", "limited"), report.render()
