@@ -9,7 +9,8 @@ mutant that does not load is reported as such. The operators (DESIGN §16):
   the recordings passed for that argument, up and down;
 - remove a guard; weaken its action (`block` and `redact` become `warn`);
 - remove a tool from a task;
-- lower a budget below the most any recording of the task used;
+- lower a budget below the most any recording of the task used, and a model's
+  `retry_budget` below the most any recording waited on it;
 - remove an approver role from an `approve` rule.
 
 The org baseline's rules and guards are not mutated: they belong to another file.
@@ -21,6 +22,7 @@ import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -92,6 +94,7 @@ def make_mutants(document: SpecDocument, recordings: Sequence[Recording]) -> lis
                 )
             )
         out += _budget_mutants(name, dataclasses.asdict(task.budget), recordings)
+    out += _retry_budget_mutants(document, recordings)
     return out
 
 
@@ -321,6 +324,40 @@ def _budget_mutants(
             ),
             change=f"lowering it from {limit:g} to {lowered:g}",
             changes=((("tasks", task, "budget", key), lowered),),
+        )
+
+
+def _retry_budget_mutants(
+    document: SpecDocument, recordings: Sequence[Recording]
+) -> Iterator[Mutant]:
+    """Halve a model's `retry_budget` below the most a recording waited on it.
+
+    A recorded error's `wait` was charged when the same model was asked again next (a retry;
+    another model next is a fallback, which charges nothing).
+    """
+    most: dict[str, float] = {}
+    for recording in recordings:
+        waited: dict[str, float] = {}
+        for turn, after in pairwise(recording.model_turns):
+            wait = turn.answer.get("wait")
+            if type(wait) in (int, float) and wait > 0 and after.model == turn.model:
+                waited[turn.model] = waited.get(turn.model, 0.0) + float(wait)
+        for model, total in waited.items():
+            most[model] = max(most.get(model, 0.0), total)
+    for name, total in most.items():
+        model = document.models.get(name)
+        if model is None:
+            continue
+        lowered = round(total / 2, 6)
+        yield Mutant(
+            id=f"model:{name}:retry_budget:lower",
+            target=f"retry budget of model {name}",
+            description=(
+                f"lower the retry budget of model {name} from {model.retry_budget:g}s to "
+                f"{lowered:g}s (a recording waited {total:g}s)"
+            ),
+            change=f"lowering it from {model.retry_budget:g}s to {lowered:g}s",
+            changes=((("models", name, "retry_budget"), f"{lowered:g}s"),),
         )
 
 

@@ -199,6 +199,34 @@ def test_make_mutants_lowers_budgets_below_the_most_a_recording_used(app) -> Non
     )
 
 
+@pytest.mark.asyncio
+async def test_a_retry_budget_lowered_below_what_a_golden_waited_is_killed(
+    app, tmp_path: Path
+) -> None:
+    """Two retries of 0.05 s each were waited before the answer: half of that is drift."""
+    limited = "- {error: rate_limit, retry_after: 0.05s}\n            "
+    write(
+        app,
+        SPEC.replace("    use: scripted\n", "    use: scripted\n    retries: 3\n", 1).replace(
+            "          turns:\n            - {call: refund, args: {order_id: A-1, amount: 30}}",
+            "          turns:\n            "
+            + limited * 2
+            + "- {call: refund, args: {order_id: A-1, amount: 30}}",
+            1,
+        ),
+    )
+    folder = tmp_path / "golden"
+    await record(app, ["Refund $30 on A-1"], folder)
+    report = await mutate(app.spec, [folder])
+    by_id = {r.mutant.id: r for r in report.results}
+    lowered = by_id["model:default:retry_budget:lower"]
+    assert lowered.status == "killed", report.render()
+    assert lowered.mutant.description == (
+        "lower the retry budget of model default from 300s to 0.05s (a recording waited 0.1s)"
+    )
+    assert lowered.drifted == (str(folder / "run0.yaml"),)
+
+
 # -- the shop, through the command ---------------------------------------------------------------
 
 
