@@ -340,10 +340,10 @@ def _retry_budget_mutants(
         waited: dict[str, float] = {}
         for turn, after in pairwise(recording.model_turns):
             wait = turn.answer.get("wait")
-            if type(wait) in (int, float) and wait > 0 and after.model == turn.model:
+            if isinstance(wait, int | float) and wait > 0 and after.model == turn.model:
                 waited[turn.model] = waited.get(turn.model, 0.0) + float(wait)
-        for model, total in waited.items():
-            most[model] = max(most.get(model, 0.0), total)
+        for name, total in waited.items():
+            most[name] = max(most.get(name, 0.0), total)
     for name, total in most.items():
         model = document.models.get(name)
         if model is None:
