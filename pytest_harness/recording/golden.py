@@ -238,6 +238,7 @@ class _File(_Strict):
     principal: _Who
     tenant: str | None = None
     labels: dict[str, str] = {}
+    given_labels: dict[str, str] | None = None
     history: list[dict[str, Any]] = []
     system: str | None = None
     tool_schemas: list[dict[str, Any]] | None = None
@@ -275,6 +276,7 @@ def recording_fields(path: Path) -> dict[str, Any]:
         principal=_given(parsed.principal),
         tenant=parsed.tenant,
         labels=parsed.labels,
+        given_labels=parsed.given_labels,
         history=tuple(parsed.history),
         system=parsed.system,
         tool_schemas=None if parsed.tool_schemas is None else tuple(parsed.tool_schemas),

@@ -65,6 +65,9 @@ class Recording:
     principal: Mapping[str, Any]
     tenant: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    given_labels: Mapping[str, str] | None = None
+    """The labels its caller gave (`labels` adds its task's); a replay merges them with today's
+    task labels. None: recorded before they were kept, and `labels` are replayed as they are."""
     spec_digest: str = ""
     """The digest of the spec that ran it (kept in the store, not in golden files)."""
     history: tuple[Mapping[str, Any], ...] = ()
@@ -206,6 +209,9 @@ class Recording:
             principal=dict(started["principal"]),
             tenant=started.get("tenant"),
             labels=dict(started.get("labels") or {}),
+            given_labels=(
+                None if started.get("given_labels") is None else dict(started["given_labels"])
+            ),
             spec_digest=str(started.get("spec_digest") or ""),
             history=tuple(started.get("history") or ()),
             system=started.get("system"),
@@ -289,6 +295,7 @@ class Recording:
             input=redact(self.input),
             principal=redact(self.principal),
             labels=redact(self.labels),
+            given_labels=None if self.given_labels is None else redact(self.given_labels),
             history=tuple(redact(list(self.history))),
             system=redact(self.system),
             tool_schemas=(
@@ -336,6 +343,7 @@ class Recording:
             "principal": dict(self.principal),
             "tenant": self.tenant,
             "labels": dict(self.labels),
+            **({} if self.given_labels is None else {"given_labels": dict(self.given_labels)}),
             "history": [dict(m) for m in self.history],
             "system": self.system,
             "tool_schemas": None

@@ -116,7 +116,8 @@ async def replay(
             Principal.from_dict(dict(recording.principal)),
             recording.tenant,
             None,
-            recording.labels,
+            # the caller's labels, merged with today's task labels as a run today would be
+            recording.labels if recording.given_labels is None else recording.given_labels,
             None,
         )
         try:

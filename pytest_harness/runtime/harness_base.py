@@ -240,7 +240,15 @@ class HarnessBase:
         journal = []
         if record:
             started = started_payload(
-                self.spec, plan, input, who, tenant_, merged_labels, idempotency_key, history
+                self.spec,
+                plan,
+                input,
+                who,
+                tenant_,
+                merged_labels,
+                idempotency_key,
+                history,
+                given_labels=labels,
             )
             schemas = plan.schemas
             payload = composed(started, lambda: {"tool_schemas": schemas_text(schemas)})

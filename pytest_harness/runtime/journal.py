@@ -86,14 +86,21 @@ def started_payload(
     labels: Mapping[str, str],
     idempotency_key: str | None,
     history: list[Message],
+    *,
+    given_labels: Mapping[str, str] | None,
 ) -> dict[str, Any]:
-    """The payload of a run's `run.started` entry, a local run's and a Temporal run's alike."""
+    """The payload of a run's `run.started` entry, a local run's and a Temporal run's alike.
+
+    `labels` are the run's (its task's, then the caller's); `given_labels` the caller's alone,
+    so a replay merges them with today's task labels, as a run today would.
+    """
     return {
         "task": plan.name,
         "input": input,
         "principal": who.to_dict(),
         "tenant": tenant,
         "labels": dict(labels),
+        "given_labels": dict(given_labels or {}),
         "idempotency_key": idempotency_key,
         "spec": spec.document.name,
         "spec_digest": spec.digest,

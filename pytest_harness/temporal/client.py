@@ -44,7 +44,7 @@ from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
 from pytest_harness.temporal.grading import PendingGrades, graded
 from pytest_harness.temporal.paging import PAYLOAD_LIMIT, encoded_size, too_large
-from pytest_harness.temporal.reading import listed_run, read_run, whole
+from pytest_harness.temporal.reading import Listing, listed_runs, read_run, whole
 from pytest_harness.temporal.records import result_of
 from pytest_harness.temporal.segment import record_of
 from pytest_harness.temporal.sessions import place
@@ -147,7 +147,15 @@ class TemporalHarness(Harness):
             except RPCError as exc:
                 raise ExecutionError(f"session {session}: Temporal answered {exc}") from None
             started = started_payload(
-                self.spec, plan, input, who, tenant_, merged, idempotency_key, history
+                self.spec,
+                plan,
+                input,
+                who,
+                tenant_,
+                merged,
+                idempotency_key,
+                history,
+                given_labels=labels,
             )
             snapshot = first_snapshot(run_id, session, started, record=self.record)
             conf = {
@@ -296,35 +304,17 @@ class TemporalHarness(Harness):
         tenant: str | None = None,
         limit: int = 100,
     ) -> list[RunSummary]:
-        """The runs of this spec in the namespace, newest first."""
+        """The runs of this spec in the namespace, newest first (`reading.listed_runs`).
+
+        A run whose head cannot be read is listed from its workflow's memo (logged with why).
+        """
         await self._open()
         assert self._client is not None
         wanted = RunStatus.parse(status).value if status is not None else None
-        found: list[RunSummary] = []
-        queue = self.spec.document.execution.task_queue
-        query = f"WorkflowType = 'HarnessRun' AND TaskQueue = '{queue}'"
-        seen: set[str] = set()
-        async for wf in self._client.list_workflows(query):
-            if wf.id in seen:  # a reset's earlier execution: the run is listed once
-                continue
-            memo = await wf.memo()
-            if memo.get("spec") != self.spec.document.name:
-                continue
-            if task is not None and memo.get("task") != task:
-                continue
-            summary = await listed_run(self._client.get_workflow_handle(wf.id), wf, memo)
-            if summary is None:
-                continue
-            seen.add(wf.id)
-            if (wanted is not None and summary.status.value != wanted) or (
-                tenant is not None and summary.tenant != tenant
-            ):
-                continue
-            found.append(summary)
-            if len(found) >= limit:
-                break
-        found.sort(key=lambda s: s.created_at, reverse=True)
-        return found
+        listing = Listing(self._client, self.spec.document.execution.task_queue)
+        return await listed_runs(
+            listing, self.spec.document.name, task=task, status=wanted, tenant=tenant, limit=limit
+        )
 
     def stream(self, run_id: str, *, after: str = "0") -> AsyncIterator[Event]:
         """The run's events after the cursor `after`, then new ones until it ends or waits.
