@@ -1,7 +1,8 @@
 """A Temporal run read from its workflow's snapshot: its result, its journal, a store view.
 
 `result_of` is the run's `RunResult`; `journal_entries` its journal as a store returns it;
-`summary_of` its line of `runs()` (`failed_outside` for a workflow ended outside the harness).
+`summary_of` its line of `runs()` (`failed_outside` for a workflow ended outside the harness,
+`unread_run` for one whose head cannot be read).
 `RunView` is one Temporal run seen as a read-only `Store`, for the flight recorder's export.
 
 A run on Temporal keeps its record and journal in its workflow, and the artifacts its tools
@@ -49,6 +50,7 @@ __all__ = [
     "journal_entries",
     "result_of",
     "summary_of",
+    "unread_run",
 ]
 
 
@@ -313,14 +315,30 @@ def failed_outside(wf: WorkflowExecution, memo: Mapping[str, Any]) -> RunSummary
 
     Runs started by an earlier version have no tenant or principal in their memo: None and ''.
     """
+    return unread_run(wf, memo, RunStatus.FAILED, None)
+
+
+def unread_run(
+    wf: WorkflowExecution, memo: Mapping[str, Any], status: RunStatus, updated_at: float | None
+) -> RunSummary:
+    """A run's line of `runs()` when its head cannot be read: from its workflow's memo.
+
+    `status` is what its workflow says: `running` while it runs (whether the run waits for
+    an approval only its state says), `failed` once it ended without a run's head.
+    `updated_at` is when its workflow last changed (its close, else its latest event);
+    without it, its start. A memo without a tenant or principal (an earlier version's, or
+    another program's) gives None and ''.
+    """
     started = wf.start_time.timestamp()
+    closed = wf.close_time.timestamp() if wf.close_time else None
+    tenant = memo.get("tenant")
     return RunSummary(
         run_id=wf.id,
         session_id=str(memo.get("session", "")),
         task=str(memo.get("task", "")),
-        status=RunStatus.FAILED,
-        tenant=memo.get("tenant"),
+        status=status,
+        tenant=None if tenant is None else str(tenant),
         principal=str(memo.get("principal", "")),
         created_at=started,
-        updated_at=wf.close_time.timestamp() if wf.close_time else started,
+        updated_at=updated_at or closed or started,
     )
