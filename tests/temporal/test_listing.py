@@ -242,13 +242,13 @@ async def test_a_harness_run_completed_by_another_program_is_listed_failed(
 async def test_a_server_gone_after_connecting_fails_the_listing_typed(tmp_path: Path) -> None:
     # Before: the list call's RPCError reached the caller as it was.
     queue = _queue()
-    with dev_server(tmp_path) as address:
-        spec = make_spec(tmp_path / "app", address, queue=queue)
-        harness = ph.load(spec)
-        listed = await harness.runs()
+    harness: ph.Harness | None = None
     try:
-        assert listed == []
+        with dev_server(tmp_path) as address:
+            harness = ph.load(make_spec(tmp_path / "app", address, queue=queue))
+            assert await harness.runs() == []
         with pytest.raises(ph.ExecutionError, match=f"runs on task queue '{queue}' cannot be"):
             await harness.runs()
     finally:
-        await harness.aclose()
+        if harness is not None:
+            await harness.aclose()
