@@ -120,16 +120,30 @@ class HarnessBase:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Wait for submitted runs to stop and pending eval grades to be stored; close the store."""
+        """Wait for submitted runs to stop and pending eval grades to be stored; close the store.
+
+        The store is closed however the wait ends: when `aclose` is cancelled (Ctrl-C, a
+        timeout around it), the submitted runs still driving are cancelled and let go of their
+        leases first (each stays `running` from its last commit, for `resume` or a worker).
+        """
         if self._closed:
             return
         self._closed = True
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
-        if self.evals is not None:
-            await self.evals.flush()
-        if self._opened:
-            await self.store.close()
+        try:
+            if self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
+            if self.evals is not None:
+                await self.evals.flush()
+        finally:
+            try:
+                stopping = [job for job in self._background if not job.done()]
+                for job in stopping:
+                    job.cancel()
+                if stopping:  # each releases its lease as it unwinds
+                    await asyncio.wait(stopping)
+            finally:
+                if self._opened:
+                    await self.store.close()
 
     def __del__(self) -> None:
         if self._opened and not self._closed:
