@@ -15,10 +15,12 @@ print in `cli_display.py`; this module holds `main`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from pytest_harness.cli_commands import _COMMANDS
 from pytest_harness.cli_display import _consoles, _error, _message
@@ -33,7 +35,9 @@ from pytest_harness.cli_parser import (
 from pytest_harness.cli_parser import PROG as PROG
 from pytest_harness.errors import HarnessError
 
-__all__ = ["EXIT_DRIFT", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["EXIT_DRIFT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+
+T = TypeVar("T")
 
 
 def console() -> NoReturn:
@@ -66,13 +70,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     handler = _COMMANDS[args.command]
     try:
-        return asyncio.run(handler(args, out, err))
+        with asyncio.Runner() as runner:
+            runner.get_loop().set_default_executor(_DaemonThreads())
+            return runner.run(handler(args, out, err))
     except (HarnessError, OSError) as exc:
         _error(err, _message(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:
-        _error(err, "interrupted")
-        return 130
+        _error(err, _INTERRUPTED)
+        return EXIT_INTERRUPTED
+
+
+EXIT_INTERRUPTED = 130
+"""The exit code of a command stopped by Ctrl-C (128 + SIGINT, as shells report it)."""
+
+_INTERRUPTED = (
+    "interrupted; what was committed is kept: a run this command was driving stays `running` "
+    "from its last commit, with its lease released (`runs --status running` lists it; "
+    "`worker` or `harness.resume(run_id)` continues it)"
+)
+
+
+class _DaemonThreads(concurrent.futures.ThreadPoolExecutor):
+    """The default executor of a command's event loop: each job in a daemon thread of its own.
+
+    Synchronous tools and `function` models run in it (`asyncio.to_thread`). Such a thread
+    cannot be stopped: it runs on after its call's `timeout` or the run's deadline cut it off,
+    and after Ctrl-C. A `ThreadPoolExecutor`'s threads are joined when the loop closes and
+    again when the interpreter exits, so a tool blocked for good kept the command from ever
+    exiting, its output printed or its Ctrl-C handled. A daemon thread is left behind instead:
+    the run let go of the call already (its outcome is `timeout`, or the run was interrupted
+    and a resume decides by the tool's replay policy).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="pytest-harness-call")
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def call() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # the caller's to judge, as in a pool's worker
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        threading.Thread(target=call, name="pytest-harness-call", daemon=True).start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Nothing to wait for: a call still running is abandoned (see the class)."""
 
 
 def _check_unicode(argv: Sequence[str]) -> None:

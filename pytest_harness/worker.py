@@ -10,11 +10,14 @@ number of hosts, split the runs of one database and no run is driven by two of t
 SIGTERM (or SIGINT) stops it cleanly: no new run is claimed, each run being driven stops at
 its next clean boundary (the model call or tool in flight finishes and its result is
 committed), its lease is released so another worker can take it at once, and the process
-exits 0. A SIGKILLed worker leaves its runs to the others once their leases expire.
+exits 0. A second signal meanwhile stops it at once (`Worker.stop_now`: the drives are
+cancelled, each releases its lease) and the process exits 1. A SIGKILLed worker leaves its
+runs to the others once their leases expire.
 
 Every event is one JSON object per line on stderr (`worker_started`, `run_claimed`,
-`run_done`, `run_released`, `run_error`, `worker_stopping`, `worker_stopped`), with `ts`,
-`worker` (the lease owner id) and, per run, `run_id`, `task` and `status`.
+`run_done`, `run_released`, `run_error`, `worker_stopping`, `worker_stopping_now`,
+`worker_stopped`), with `ts`, `worker` (the lease owner id) and, per run, `run_id`, `task` and
+`status`.
 
 It works on every store that several processes can share: sqlite (one host) and postgres.
 """
@@ -105,6 +108,9 @@ class Worker:
         self.stats = WorkerStats()
         self._log = log if log is not None else json_log()
         self._stop = asyncio.Event()
+        self._loops: asyncio.Future[list[None]] | None = None
+        self.forced = False
+        """Whether `stop_now()` cancelled the drives (a second signal)."""
 
     @property
     def stopping(self) -> bool:
@@ -119,13 +125,31 @@ class Worker:
         self.harness.stop_driving()
         self._emit("worker_stopping", {})
 
+    def stop_now(self) -> None:
+        """Stop at once: `stop()`, and cancel the drives instead of waiting for a boundary.
+
+        Each cancelled drive releases its run's lease; the run stays `running` from its last
+        commit, and whoever takes it next decides about a call that was in flight by its
+        replay policy (a `manual` one becomes uncertain). What a second SIGTERM or Ctrl-C does.
+        """
+        self.stop()
+        loops = self._loops
+        if self.forced or loops is None or loops.done():
+            return
+        self.forced = True
+        self._emit("worker_stopping_now", {})
+        loops.cancel()
+
     async def serve(self) -> WorkerStats:
-        """Run until `stop()`, or SIGTERM/SIGINT (handled here); return what was done."""
+        """Run until `stop()`, or SIGTERM/SIGINT (handled here); return what was done.
+
+        The first signal is `stop()`; another one while runs finish is `stop_now()`.
+        """
         loop = asyncio.get_running_loop()
         handled: list[signal.Signals] = []
         for signum in (signal.SIGTERM, signal.SIGINT):
             try:
-                loop.add_signal_handler(signum, self.stop)
+                loop.add_signal_handler(signum, self._signalled)
             except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
                 continue  # not the main thread, or not supported here
             handled.append(signum)
@@ -134,6 +158,12 @@ class Worker:
         finally:
             for signum in handled:
                 loop.remove_signal_handler(signum)
+
+    def _signalled(self) -> None:
+        if self.stopping:
+            self.stop_now()
+        else:
+            self.stop()
 
     async def run(self) -> WorkerStats:
         """The worker's loops, without installing signal handlers."""
@@ -148,7 +178,12 @@ class Worker:
                 "lease": harness.spec.document.state.lease,
             },
         )
-        await asyncio.gather(*(self._loop() for _ in range(self.concurrency)))
+        self._loops = asyncio.gather(*(self._loop() for _ in range(self.concurrency)))
+        try:
+            await self._loops
+        except asyncio.CancelledError:
+            if not self.forced:
+                raise  # cancelled from outside, not by stop_now()
         stats = self.stats
         self._emit(
             "worker_stopped",
@@ -157,6 +192,7 @@ class Worker:
                 "statuses": stats.statuses,
                 "released": stats.released,
                 "errors": stats.errors,
+                "forced": self.forced,
             },
         )
         return stats
@@ -259,7 +295,7 @@ def add_worker_command(
 
 
 async def run_worker(harness: Harness, args: argparse.Namespace) -> int:
-    """Serve until SIGTERM or SIGINT; the exit code (0)."""
+    """Serve until SIGTERM or SIGINT; the exit code (0, or 1 when a second signal forced it)."""
     if harness.spec.document.execution.use == "temporal":
         from pytest_harness.temporal.worker import serve
 
@@ -271,7 +307,7 @@ async def run_worker(harness: Harness, args: argparse.Namespace) -> int:
         exit_when_idle=args.exit_when_idle,
     )
     await worker.serve()
-    return 0
+    return 1 if worker.forced else 0
 
 
 def _positive_int(value: str) -> int:

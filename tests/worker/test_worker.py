@@ -280,6 +280,39 @@ async def test_sigterm_stops_at_the_next_boundary_and_releases_the_lease(
 
 
 @pytest.mark.slow
+async def test_a_second_signal_stops_at_once_though_a_tool_blocks(worker_app: WorkerApp) -> None:
+    app = worker_app
+    app.write(lease="30s")  # only a released lease would let the next worker in at once
+    [run_id] = await app.seed(["job 3600 stuck"])  # its tool blocks for an hour
+    proc, log = app.start("--idle", "0.1")
+    deadline = time.monotonic() + 60
+    while not any(e[0] == "start" for e in app.ledger()):
+        assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+        await asyncio.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    await wait_for_line(log, lambda e: e["event"] == "worker_stopping")
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: do not wait for the hour
+    try:
+        code = proc.wait(timeout=20)  # before: the second signal did nothing
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"the worker ignored the second signal:\n{log.read_text()}") from None
+    assert code == 1, log.read_text()
+    events = events_of(log)
+    assert [e["event"] for e in events][-3:] == [
+        "worker_stopping",
+        "worker_stopping_now",
+        "worker_stopped",
+    ]
+    assert events[-1]["forced"] is True
+    assert [e[0] for e in app.ledger()] == ["start"]  # the tool never finished
+    async with ph.load(app.spec) as harness:
+        record = await harness.store.get_run(run_id)
+    assert (record.status, record.lease_owner) == ("running", None)  # lease released
+    assert [c["status"] for c in record.state["calls"]] == ["dispatched"]
+
+
+@pytest.mark.slow
 async def test_a_stopped_worker_past_its_lease_cannot_write_after_sigcont(
     worker_app: WorkerApp,
 ) -> None:
