@@ -214,8 +214,10 @@ class PostgresConnection(SQLStoreBase):
         )
         try:
             await pool.open(wait=self.pool_min > 0, timeout=self.connect_timeout)
-        except Exception as exc:
-            await pool.close()
+        except BaseException as exc:
+            await pool.close()  # cancelled too: else its tasks and connections stay for good
+            if not isinstance(exc, Exception):
+                raise
             raise StoreError(
                 f"postgres store {self.where}: cannot open the connection pool: {exc}"
             ) from exc

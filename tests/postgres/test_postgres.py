@@ -146,6 +146,68 @@ async def test_an_unreachable_server_is_a_store_error_without_the_password() -> 
     await store.close()
 
 
+async def test_opening_cancelled_while_the_pool_connects_leaves_no_pool_behind(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """A proxy lets the migration's connection through and holds the pool's first one."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    server = conninfo_to_dict(pg_dsn)
+    host, port = server.get("host", "127.0.0.1"), int(server.get("port", 5432))
+    held: list[asyncio.StreamWriter] = []
+    pumps: list[asyncio.Task[None]] = []
+    second = asyncio.Event()
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if held or pumps:  # the pool's connection: never answered
+            held.append(writer)
+            second.set()
+            return
+        up_reader, up_writer = await asyncio.open_connection(host, port)
+        pumps.append(asyncio.create_task(pump(reader, up_writer)))
+        pumps.append(asyncio.create_task(pump(up_reader, writer)))
+
+    proxy = await asyncio.start_server(accept, "127.0.0.1", 0)
+    proxy_port = proxy.sockets[0].getsockname()[1]
+    dsn = make_conninfo(pg_dsn, host="127.0.0.1", port=str(proxy_port))
+    store = PostgresStore(dsn, schema=pg_schema, connect_timeout=30)
+    try:
+        opening = asyncio.create_task(store.open())
+        await asyncio.wait_for(second.wait(), 30)
+        opening.cancel()
+        for writer in held:  # the held connection fails now, so no pool worker waits on it
+            writer.close()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+
+        def left() -> list[str]:
+            return [t.get_name() for t in asyncio.all_tasks() if "pytest-harness:" in t.get_name()]
+
+        deadline = time.monotonic() + 10
+        while left() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert left() == []  # before: the pool was never closed; its tasks stayed for good
+        await store.close()
+    finally:
+        for writer in held:
+            writer.close()
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        proxy.close()
+        await proxy.wait_closed()
+
+
 async def test_a_malformed_dsn_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="malformed"):
         PostgresStore("host=127.0.0.1 port")
