@@ -182,9 +182,12 @@ class SQLiteConnection(SQLStoreBase):
                 worker = concurrent.futures.ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="harness-sqlite"
                 )
+                job = worker.submit(self._connect)
                 try:
-                    conns = await asyncio.wrap_future(worker.submit(self._connect))
+                    conns = await asyncio.wrap_future(job)
                 except BaseException:
+                    # cancelled: the thread goes on opening, for nobody; close what it opens
+                    job.add_done_callback(_close_opened)
                     worker.shutdown(wait=False)
                     raise
                 self._conn, self._checkpointer = conns
@@ -425,6 +428,17 @@ class SQLiteConnection(SQLStoreBase):
 
     def _any_of(self, values: Sequence[str]) -> tuple[str, Sequence[str]]:
         return f"IN ({', '.join('?' * len(values))})", list(values)
+
+
+def _close_opened(
+    job: concurrent.futures.Future[tuple[sqlite3.Connection, sqlite3.Connection]],
+) -> None:
+    """Close the connections of an opening whose caller stopped waiting (it was cancelled)."""
+    if job.cancelled() or job.exception() is not None:
+        return
+    for conn in job.result():
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
 
 
 def _transaction(cursor: sqlite3.Cursor, work: Callable[[sqlite3.Cursor], T]) -> T:
