@@ -199,7 +199,12 @@ class TapeTool:
         *,
         overall_timeout: float | None = None,
     ) -> ToolOutcome:
-        """Today's verdict on the arguments, then the recorded outcome of the same call."""
+        """Today's verdict on the arguments, then the recorded outcome of the same call.
+
+        A recorded `invalid_arguments` outcome is the harness's verdict, not the tool's: when
+        today's schema accepts those arguments, a run today would invoke the tool, and the
+        recording has no result of it, so the replay diverges (`ReplayDiverged`).
+        """
         check = getattr(self.tool, "check", None)
         if check is not None:
             rejected: ToolOutcome | None = check(args)
@@ -208,4 +213,14 @@ class TapeTool:
         if self.invoke_real:
             self.tape.take_tool_result(self.name, args)
             return await self.tool.invoke(args, context, overall_timeout=overall_timeout)
-        return self.tape.tool_result(self.name, args)
+        outcome = self.tape.tool_result(self.name, args)
+        if check is not None and outcome.kind == "invalid_arguments":
+            call = {"name": self.name, "args": dict(args)}
+            raise ReplayDiverged(
+                f"tool call {self.name} was rejected when recorded (invalid_arguments); today's "
+                "schema accepts its arguments, so a run today would invoke it, and the "
+                "recording has no result of it",
+                expected={**call, "outcome": "invalid_arguments", "error": outcome.text},
+                actual={**call, "outcome": "invoked (its arguments are valid today)"},
+            )
+        return outcome

@@ -130,6 +130,34 @@ async def test_a_compatible_tool_change_replays_the_same(app, tmp_path) -> None:
     assert "tool schemas: refund" in report.render()
 
 
+async def test_a_call_rejected_when_recorded_that_today_accepts_never_replays_same(
+    app, tmp_path
+) -> None:
+    """The recorded `invalid_arguments` was the harness's verdict: the tool never ran. Today's
+    schema accepts the arguments, so a run today invokes the tool, and the recording has no
+    result of it: the replay diverges (it replayed the old rejection, `same`)."""
+    script = "[{call: refund, args: {order_id: A-1, amount: 20, note: dup}}, {say: 'Done.'}]"
+    app.write(SPEC)
+    app.spec.write_text(app.spec.read_text().replace("script: []", f"script: {script}", 1))
+    async with ph.load(app.spec) as harness:
+        result = await harness.run("orders", "Refund A-1", principal="ann")
+        [call] = result.trace.tool_calls()
+        assert call.outcome == "invalid_arguments"
+        golden = await harness.export(result.run_id, tmp_path / "golden.yaml")
+    assert (await replay(app, golden)).same  # today's schema still rejects it: the same
+    module = app.root / f"{app.module}.py"
+    source = module.read_text()
+    edit = "def refund(order_id: str, amount: float)"
+    module.write_text(source.replace(edit, "def refund(order_id: str, amount: float, note='')"))
+    shutil.rmtree(module.parent / "__pycache__", ignore_errors=True)
+    report = await replay(app, golden)
+    assert not report.same and report.failed()
+    assert report.diverged is not None and "today's schema accepts" in report.diverged
+    assert report.divergence is not None
+    assert report.divergence.expected["outcome"] == "invalid_arguments"
+    assert "invalid_arguments" in report.render()
+
+
 async def test_safe_tools_run_under_tools_safe_and_their_new_result_is_drift(app, tmp_path) -> None:
     write(app)
     golden = await record(app, tmp_path)
