@@ -185,6 +185,8 @@ class _Answer(BaseModel):
     message: str | None = None
     wait: Annotated[StrictInt | StrictFloat, Field(ge=0, allow_inf_nan=False)] | None = None
     """Seconds its provider asked to wait before a retry (a retryable error)."""
+    interrupted: Literal["deadline"] | None = None
+    """The run's deadline passed during the call: it got no answer, and the run ended there."""
 
 
 class _Turn(_Strict):

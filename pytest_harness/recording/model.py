@@ -42,6 +42,7 @@ DERIVED_FROM: frozenset[str] = frozenset(
         "model.started",
         "model.response",
         "model.failed",
+        "model.interrupted",
         "tool.returned",
         "tool.failed",
         "tool.resolved",
@@ -118,11 +119,11 @@ class Recording:
         """Derive a recording from a run's journal entries (stored ones, or archive records).
 
         The run's input comes from `run.started`, the model turns from each attempt that got
-        an answer or an error, the tool results from every invoked call and every resolution,
-        the approvals from the decisions the run took in. The outcome is the run's state when
-        `record` is given, else `outcome` (its `trace` a list of decisions' JSON forms or a
-        `Trace`), else the last `checkpoint` entry. `HarnessError` when there is no
-        `run.started` entry.
+        an answer or an error or that the run's deadline cut, the tool results from every
+        invoked call and every resolution, the approvals from the decisions the run took in.
+        The outcome is the run's state when `record` is given, else `outcome` (its `trace` a
+        list of decisions' JSON forms or a `Trace`), else the last `checkpoint` entry.
+        `HarnessError` when there is no `run.started` entry.
         """
         started: Mapping[str, Any] | None = None
         run_id: str | None = record.run_id if record is not None else None
@@ -143,9 +144,14 @@ class Recording:
                 started, run_id = payload, run_id or entry_run
             elif kind == "model.started":
                 requests[str(attempt)] = (payload["model"], _whole(payload, sent))
-            elif kind in ("model.response", "model.failed") and str(attempt) in requests:
+            elif (
+                kind in ("model.response", "model.failed")
+                or (kind == "model.interrupted" and payload.get("deadline"))
+            ) and str(attempt) in requests:
                 model, request = requests.pop(str(attempt))
-                if kind == "model.response":
+                if kind == "model.interrupted":  # the run's deadline cut the call
+                    answer = {"interrupted": "deadline"}
+                elif kind == "model.response":
                     answer = payload["answer"]
                     if not isinstance(answer, Mapping):
                         raise TypeError(f"a model.response answer is a mapping, got {answer!r}")

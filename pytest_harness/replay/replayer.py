@@ -82,7 +82,7 @@ async def replay(
         )
     recording = await load_source(harness, source)
     plan = harness._plan(recording.task)
-    tape = Tape(recording)
+    tape = Tape(recording, deadline=plan.spec.deadline)
     model = TapeModel(tape)
     twin_plan = replace(
         plan,

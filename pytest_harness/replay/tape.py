@@ -26,6 +26,7 @@ from pytest_harness.models.base import (
 )
 from pytest_harness.recording.model import ApprovalDecision, Recording
 from pytest_harness.redaction import redact
+from pytest_harness.runtime.driver_base import _Deadline
 from pytest_harness.runtime.plan import PlanTool
 from pytest_harness.tools.context import ToolContext
 from pytest_harness.tools.registry import ToolOutcome
@@ -58,8 +59,11 @@ def recorded_answer(answer: Mapping[str, Any], request: ModelRequest) -> ModelRe
     A model error (`error`) is raised as the `ModelError` it was, with what it cost and, as
     its `retry_after`, the `wait` its provider asked before a retry (`TapeModel.retry_delay`);
     anything else the model raised (`raised`: a `function` model's exception,
-    `ScriptExhausted`) fails the replayed run as it failed the recorded one.
+    `ScriptExhausted`) fails the replayed run as it failed the recorded one. A call the run's
+    deadline cut (`interrupted: deadline`) is cut again: the run ends `limited` there.
     """
+    if answer.get("interrupted") == "deadline":
+        raise _Deadline
     if "raised" in answer:
         raise _raised(str(answer["raised"]), str(answer.get("message") or ""))
     usage = answer.get("usage") or {}
@@ -92,8 +96,10 @@ def recorded_answer(answer: Mapping[str, Any], request: ModelRequest) -> ModelRe
 class Tape:
     """What a recording can answer, and how much of it a replay used."""
 
-    def __init__(self, recording: Recording) -> None:
+    def __init__(self, recording: Recording, *, deadline: float | None = None) -> None:
         self.recording = recording
+        self.deadline = deadline
+        """Today's deadline of the task: a recorded call it cut is cut again only with one."""
         self.turns = recording.model_turns
         self.turns_used = 0
         self.requests = 0
@@ -116,6 +122,14 @@ class Tape:
                 actual={"model_turn": index + 1, "last_message": request.describe()},
             )
         turn = self.turns[index]
+        if turn.answer.get("interrupted") == "deadline" and self.deadline is None:
+            raise ReplayDiverged(
+                f"model turn {index + 1} was cut by the run's deadline when recorded; today's "
+                "task has no deadline, so a run today waits for an answer the recording does "
+                "not have",
+                expected={"model_turn": index + 1, "interrupted": "deadline"},
+                actual={"model_turn": index + 1, "deadline": None},
+            )
         self.turns_used += 1
         return recorded_answer(turn.answer, request)
 

@@ -205,10 +205,9 @@ class ModelCalls(DriverBase):
                 )
             else:
                 response = await self._timed_attempt(link, request, arrived)
-        except _Deadline:
-            self._end_attempt(
-                "model.interrupted", link, {"reason": "the run's deadline passed during the call"}
-            )
+        except _Deadline:  # a turn of its recording: a replay cuts the call there too
+            reason = "the run's deadline passed during the call"
+            self._end_attempt("model.interrupted", link, {"reason": reason, "deadline": True})
             raise
         except AttemptLost as lost:  # as a worker that stopped during the call leaves it
             self._end_attempt("model.interrupted", link, {"reason": lost.reason})

@@ -423,7 +423,7 @@ async def test_a_replay_keeps_only_the_journal_its_recording_is_made_of(app) -> 
         record = await harness.store.get_run(done.run_id)
         report = await harness.replay(done.run_id)
     kinds = {e.kind for e in entries}
-    assert kinds > DERIVED_FROM - {"model.failed", "tool.failed"}
+    assert kinds > DERIVED_FROM - {"model.failed", "model.interrupted", "tool.failed"}
     assert kinds - DERIVED_FROM  # the run kept more: events, processed texts, dispatches
     kept = [e for e in entries if e.kind in DERIVED_FROM]
     whole = Recording.from_journal(entries, record=record)
