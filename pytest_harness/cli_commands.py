@@ -49,9 +49,12 @@ async def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 async def _replay(args: argparse.Namespace, out: Console, err: Console) -> int:
     from pytest_harness.cli_inputs import recordings_under
+    from pytest_harness.recording.sniff import not_a_recording
 
     sources: list[str] = []
+    in_folders: set[str] = set()
     outcomes: list[tuple[str, ReplayReport | Exception]] = []
+    skipped: list[tuple[str, str]] = []
     for source in args.sources:
         if not Path(source).is_dir():
             sources.append(source)
@@ -62,6 +65,7 @@ async def _replay(args: argparse.Namespace, out: Console, err: Console) -> int:
                 (source, HarnessError("no recordings (.yaml, .yml, .hx) under this folder"))
             )
         sources += [str(p) for p in found]
+        in_folders.update(str(p) for p in found)
     async with _load(args) as harness:
         show_progress = len(sources) > 1 and not args.json and err.is_terminal
         with _progress(err, len(sources), enabled=show_progress) as advance:
@@ -69,7 +73,12 @@ async def _replay(args: argparse.Namespace, out: Console, err: Console) -> int:
                 try:
                     outcomes.append((source, await harness.replay(source, tools=args.tools)))
                 except (HarnessError, OSError) as exc:
-                    outcomes.append((source, exc))
+                    # A spec or script kept beside the recordings is not one (DESIGN §8).
+                    kind = not_a_recording(Path(source)) if source in in_folders else None
+                    if kind is None:
+                        outcomes.append((source, exc))
+                    else:
+                        skipped.append((source, kind))
                 advance(source)
     fail_on: frozenset[str] = args.fail_on
     reports = [(s, o) for s, o in outcomes if not isinstance(o, Exception)]
@@ -82,13 +91,17 @@ async def _replay(args: argparse.Namespace, out: Console, err: Console) -> int:
                 items.append({"input": source, "error": error})
             else:
                 items.append({"input": source, **redact(outcome.to_dict())})
+        for source, kind in skipped:
+            items.append({"input": source, "skipped": f"{kind}, not a recording"})
         sys.stdout.write(json.dumps(items, indent=2, ensure_ascii=False) + "\n")
     else:
         from pytest_harness.report import render_report
 
         for _, report in reports:
-            render_report(report, out)
+            render_report(report, out, fail_on)
         out.print(_summary(reports, len(errors), fail_on), soft_wrap=True)
+        for source, kind in skipped:
+            out.print(f"skipped {source}: {kind}, not a recording", soft_wrap=True, markup=False)
     for source, problem in errors:
         _error(err, f"{source}: {_message(problem)}")
     if errors:

@@ -304,7 +304,8 @@ class RecordingError(HarnessError):
 
     Raised when a journal write still fails after retries (each retry keeps the entries' ids,
     so no boundary is written twice), or when a recording setting conflicts with the one a
-    session or run saved (recording is never turned on for a run that did not record).
+    session or run saved (recording is never turned on for a run that did not record), or
+    when a run that was not recorded is asked for its recording (to replay or export it).
     """
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "holds_ids",
     "is_credential_key",
     "redact",
+    "redact_schema",
     "redact_text",
     "stable_ids",
 ]
@@ -320,6 +321,45 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):  # a subclass (a str Enum): scanned, never cached
         return _redact_scan(value)
     return value
+
+
+_NAMED_SCHEMAS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+"""JSON Schema keywords whose keys are names (of parameters, of definitions), not data."""
+_EXAMPLE_VALUES = frozenset({"default", "examples", "const", "enum"})
+"""JSON Schema keywords that hold values of the parameter itself."""
+
+
+def redact_schema(value: Any, *, secret: bool = False) -> Any:
+    """A tool's schema (or a list of them) redacted as a schema, not as data.
+
+    A parameter named like a credential (`password`, `apiKey`) keeps its definition (its type,
+    description, constraints: what a reader of a golden file needs to explain a schema diff);
+    the values such a parameter's definition holds (`default`, `examples`, `const`, `enum`)
+    are `[REDACTED]`. Everything else is redacted as `redact` does: credential-shaped keys
+    elsewhere (`default: {token: …}`), and secret shapes in every string.
+    """
+    if isinstance(value, Mapping):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            if key in _NAMED_SCHEMAS and isinstance(item, Mapping):
+                out[key] = {
+                    name: redact_schema(
+                        sub, secret=isinstance(name, str) and is_credential_key(name)
+                    )
+                    for name, sub in item.items()
+                }
+            elif (secret and key in _EXAMPLE_VALUES) or (
+                isinstance(key, str) and is_credential_key(key)
+            ):
+                out[key] = REDACTED
+            else:
+                out[key] = redact_schema(item, secret=secret)
+        return out
+    if isinstance(value, list | tuple):
+        return [redact_schema(item, secret=secret) for item in value]
+    return _redact_item(value)
 
 
 def _redact_item(value: Any) -> Any:

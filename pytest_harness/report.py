@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rich.console import Console
     from rich.text import Text
 
@@ -21,12 +23,16 @@ _HEAD_STYLES = {"same": "bold green", "changed": "bold yellow", "diverged": "bol
 _LINE_STYLES = {"+": "green", "-": "red", "~": "yellow"}
 
 
-def report_text(report: ReplayReport) -> Text:
-    """The report's plain `render()` as rich `Text`, styled line by line."""
+def report_text(report: ReplayReport, fail_on: Iterable[str] | None = None) -> Text:
+    """The report's plain `render(fail_on)` as rich `Text`, styled line by line.
+
+    `fail_on` as `ReplayReport.render` takes it; None is its default (status, output, decisions).
+    """
     from rich.text import Text
 
+    plain = report.render() if fail_on is None else report.render(fail_on)
     text = Text()
-    for number, line in enumerate(report.render().splitlines()):
+    for number, line in enumerate(plain.splitlines()):
         if number:
             text.append("\n")
         if number == 0:
@@ -45,6 +51,8 @@ def report_text(report: ReplayReport) -> Text:
     return text
 
 
-def render_report(report: ReplayReport, console: Console) -> None:
+def render_report(
+    report: ReplayReport, console: Console, fail_on: Iterable[str] | None = None
+) -> None:
     """Print the report on `console` (coloured on a terminal, plain otherwise)."""
-    console.print(report_text(report), soft_wrap=True)
+    console.print(report_text(report, fail_on), soft_wrap=True)

@@ -16,6 +16,7 @@ from pytest_harness.redaction import (
     comparable,
     is_credential_key,
     redact,
+    redact_schema,
     redact_text,
 )
 
@@ -284,3 +285,41 @@ def test_a_long_text_with_no_secret_is_kept_and_a_late_secret_is_found() -> None
     text = "order A-1001 shipped to Berlin; " * 10_000
     assert redact_text(text) == text
     assert redact_text(text + " password=hunter2") == text + " password=[REDACTED]"
+
+
+def test_a_tool_schema_keeps_the_definition_of_a_parameter_named_like_a_credential() -> None:
+    schema = {
+        "name": "login",
+        "description": "Log in; the admin key sk-proj-abcdefghijklmnopqrstuvwx is not for you",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "user": {"type": "string", "default": "ann"},
+                "password": {"type": "string", "minLength": 12, "default": "hunter2hunter2"},
+                "apiKey": {"anyOf": [{"type": "string", "examples": ["k-1"]}, {"type": "null"}]},
+                "options": {
+                    "type": "object",
+                    "properties": {"token": {"type": "string", "enum": ["t-1", "t-2"]}},
+                    "default": {"token": "t-1", "mode": "fast"},
+                },
+            },
+            "required": ["user", "password"],
+            "$defs": {"secret": {"type": "string", "const": "s-1"}},
+        },
+    }
+    done = redact_schema([schema])[0]
+    props = done["parameters"]["properties"]
+    assert props["user"] == {"type": "string", "default": "ann"}
+    assert props["password"] == {"type": "string", "minLength": 12, "default": REDACTED}
+    assert props["apiKey"] == {
+        "anyOf": [{"type": "string", "examples": REDACTED}, {"type": "null"}]
+    }
+    options = props["options"]
+    assert options["properties"]["token"] == {"type": "string", "enum": REDACTED}
+    assert options["default"] == {"token": REDACTED, "mode": "fast"}  # data: redacted by key
+    assert done["parameters"]["required"] == ["user", "password"]
+    assert done["parameters"]["$defs"]["secret"] == {"type": "string", "const": REDACTED}
+    assert "sk-proj-abcdefghijklmnopqrstuvwx" not in done["description"]
+    assert redact_schema(done) == done  # idempotent, as every redaction is
+    # plain `redact` would have replaced the definitions whole
+    assert redact([schema])[0]["parameters"]["properties"]["password"] == REDACTED

@@ -14,6 +14,7 @@ pytest-xdist controller sees the workers' outcomes as it sees its own.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Coroutine, Iterator
 from functools import cached_property
 from pathlib import Path
@@ -134,12 +135,27 @@ class RecordingItem(pytest.Item):
             harness = session.harness(settings.spec, settings.env)
             harness.spec.task(recording.task)
         except HarnessError as exc:
+            if (kind := self._beside_the_recordings()) is not None:
+                pytest.skip(f"{self.shown}: {kind}, not a recording")
             problem = f"cannot replay {self.shown}: {str(exc).replace(str(self.path), self.shown)}"
         else:
             self._recording, self._harness = recording, harness
             return
         self._publish({"outcome": "error", "error": problem})
         pytest.fail(problem, pytrace=False)
+
+    def _beside_the_recordings(self) -> str | None:
+        """What this file is when it was found in a folder and is plainly not a recording.
+
+        A file named on the command line is always replayed as a recording (its error stands).
+        """
+        from pytest_harness.recording.sniff import not_a_recording
+
+        here = self.config.invocation_params.dir
+        named = {(here / arg.split("::", 1)[0]).resolve() for arg in self.config.args}
+        if self.path.resolve() in named:
+            return None
+        return not_a_recording(self.path)
 
     def runtest(self) -> None:
         """Replay the recording; fail on drift (or rewrite it under `--update-recordings`)."""
@@ -175,7 +191,7 @@ class RecordingItem(pytest.Item):
                 + "; re-record the run (its test with --record-recordings=all)"
             )
         elif failed:
-            hint = f"accept this drift with: pytest --update-recordings {self.shown}"
+            hint = f"accept this drift with: pytest --update-recordings {shlex.quote(self.shown)}"
         data = _report_data(report, outcome, settings, failed=failed)
         if hint is not None:
             data["hint"] = hint
@@ -230,6 +246,6 @@ def _report_data(
         },
     }
     if failed or outcome == "updated" or settings.reports:
-        data["plain"] = report.render()
+        data["plain"] = report.render(settings.fail_on)
         data["report"] = report.to_dict()
     return data

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_harness.errors import HarnessError
+from pytest_harness.errors import HarnessError, RecordingError
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
-from pytest_harness.redaction import redact, stable_ids
+from pytest_harness.redaction import redact, redact_schema, stable_ids
 from pytest_harness.runtime.trace import Trace
 from pytest_harness.store.base import JournalEntry, RunRecord, Store
 
@@ -98,11 +98,11 @@ class Recording:
     async def from_store(cls, store: Store, run_id: str) -> Recording:
         """The recording of a stored run, derived from its journal.
 
-        `HarnessError` when the run was not recorded.
+        `RecordingError` when the run was not recorded.
         """
         record = await store.get_run(run_id)
         if not record.record:
-            raise HarnessError(
+            raise RecordingError(
                 f"run {run_id} was not recorded: start runs with state.record: true "
                 "(or load(..., record=True)) to replay them"
             )
@@ -305,7 +305,7 @@ class Recording:
             history=tuple(redact(list(self.history))),
             system=redact(self.system),
             tool_schemas=(
-                None if self.tool_schemas is None else tuple(redact(list(self.tool_schemas)))
+                None if self.tool_schemas is None else tuple(redact_schema(list(self.tool_schemas)))
             ),
             model_turns=tuple(
                 replace(

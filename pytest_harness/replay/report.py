@@ -195,8 +195,13 @@ class ReplayReport:
             return f"recording {self.source} ({self.task})"
         return f"run {self.run_id} ({self.task})"
 
-    def render(self) -> str:
-        """The report as plain text (DESIGN §6)."""
+    def render(self, fail_on: Iterable[str] = DEFAULT_FAIL_ON) -> str:
+        """The report as plain text (DESIGN §6).
+
+        Its first word is `diverged`, `changed` (a difference among `fail_on`: status, output
+        and decisions unless told, so a build failing on `requests` too heads its report
+        `changed`) or `same`.
+        """
         recorded, replayed = self.status
         if self.divergence is not None:
             head = (
@@ -204,7 +209,7 @@ class ReplayReport:
                 f"{self.divergence.reason}"
             )
         else:
-            word = "same" if self.same else "changed"
+            word = "changed" if self.differences & frozenset(fail_on) else "same"
             head = f"{word}: {self.subject} ended {recorded}; the replay ended {replayed}"
         lines = [head]
         if self.divergence is not None:

@@ -226,7 +226,7 @@ class Harness(HarnessControl):
         """The recording of a recorded run, from its journal where the run executes.
 
         The store's journal; on Temporal, the journal the run's workflow holds.
-        `HarnessError` when the run was not recorded.
+        `RecordingError` when the run was not recorded.
         """
         from pytest_harness.recording.model import Recording
 
@@ -262,8 +262,8 @@ class Harness(HarnessControl):
 
         A `.hx` archive (DESIGN §12) follows `policy` (default `ExportPolicy()`: metadata
         only); a `.yaml` recording is always redacted and holds no request payloads or
-        artifacts. An existing `dest` is refused with `FileExistsError`; `HarnessError` when the
-        run was not recorded, `ArchiveError` for another suffix or a limit the archive would
+        artifacts. An existing `dest` is refused with `FileExistsError`; `RecordingError` when
+        the run was not recorded, `ArchiveError` for another suffix or a limit the archive would
         exceed.
         """
         from pytest_harness.errors import ArchiveError
@@ -274,7 +274,7 @@ class Harness(HarnessControl):
             from pytest_harness.archive.export import export_run
 
             record = await self.store.get_run(run_id)
-            return await export_run(self.store, record, path, policy=policy)
+            return await export_run(self.store, record, path, policy=policy, spec=self.spec)
         if path.suffix not in (".yaml", ".yml"):
             raise ArchiveError(
                 f"cannot export to {path}: the destination must end in .hx (an incident "

@@ -267,7 +267,7 @@ class TemporalHarness(Harness):
         """The recording of a recorded run, from the journal its workflow holds."""
         snap = await self._snapshot(run_id)
         if not snap.get("record"):
-            raise HarnessError(
+            raise RecordingError(
                 f"run {run_id} was not recorded: start runs with state.record: true "
                 "(or load(..., record=True)) to replay them"
             )
@@ -294,7 +294,7 @@ class TemporalHarness(Harness):
 
         snap = await self._snapshot(run_id)
         view = RunView(snap, self.store)
-        return await export_run(view, record_of(snap), path, policy=policy)
+        return await export_run(view, record_of(snap), path, policy=policy, spec=self.spec)
 
     async def runs(
         self,

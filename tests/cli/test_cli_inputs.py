@@ -105,6 +105,43 @@ def test_replay_takes_folders_and_an_optional_spec_last(app: Path, capsys) -> No
     ]
 
 
+def test_a_folder_passes_over_the_spec_script_and_baseline_kept_beside_its_recordings(
+    app: Path, capsys
+) -> None:
+    code, out, _ = cli(capsys, "run", "orders", INPUT, "--principal", "ann", "--record")
+    run_id, approval_id = ids(out)
+    approve = ("approve", run_id, approval_id, "approve", "--approver", "fiona")
+    assert cli(capsys, *approve, "--role", "finance")[0] == 0
+    assert cli(capsys, "export", run_id, "recordings/refund.yaml")[0] == 0
+    (app / "baseline.yaml").write_text("locks: {state.record: true}\n", encoding="utf-8")
+
+    # The quickstart's folder holds harness.yaml, orders.script.yaml and a baseline beside it.
+    code, out, err = cli(capsys, "replay", ".")
+    assert code == 0, err
+    assert "1 same, 0 drifted, 0 diverged\n" in out
+    assert sorted(line for line in out.splitlines() if line.startswith("skipped ")) == [
+        "skipped baseline.yaml: a baseline, not a recording",
+        "skipped harness.yaml: a harness spec, not a recording",
+        "skipped orders.script.yaml: a model script, not a recording",
+    ]
+    code, out, err = cli(capsys, "replay", ".", "--json")
+    assert code == 0, err
+    skipped = {i["input"]: i["skipped"] for i in json.loads(out) if "skipped" in i}
+    assert skipped["harness.yaml"] == "a harness spec, not a recording"
+
+    # A damaged recording in the folder is still an error, and so is a spec named on its own.
+    text = (app / "recordings" / "refund.yaml").read_text(encoding="utf-8")
+    (app / "recordings" / "broken.yaml").write_text(text.replace("outcome:", "outcom:"))
+    (app / "recordings" / "unmarked.yaml").write_text(
+        text.replace("format: pytest-harness/recording@2\n", ""), encoding="utf-8"
+    )
+    code, out, err = cli(capsys, "replay", ".")
+    assert code == 2 and "1 same, 0 drifted, 0 diverged, 2 not loaded" in out
+    assert "recordings/broken.yaml" in err and "recordings/unmarked.yaml" in err
+    code, out, err = cli(capsys, "replay", "orders.script.yaml", "recordings/refund.yaml")
+    assert code == 2 and "orders.script.yaml" in err and "skipped" not in out
+
+
 def test_run_and_approve_take_roles_tenants_and_a_reason(app: Path, capsys) -> None:
     code, out, err = cli(
         capsys, "run", "orders", INPUT, "--principal", "ann", "--role", "clerk", "--tenant", "acme"

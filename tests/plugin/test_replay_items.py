@@ -165,6 +165,40 @@ def test_a_corrupt_recording_is_an_error_naming_the_file(project: Project) -> No
     assert "During handling" not in result.stdout.str()
 
 
+def test_a_spec_or_script_kept_among_the_recordings_is_skipped_not_an_error(
+    project: Project,
+) -> None:
+    recorded(project)
+    folder = project.recordings / "test_desk"
+    (folder / "harness.yaml").write_text(project.spec.read_text(encoding="utf-8"))
+    (folder / "turns.yaml").write_text("- say: hi\n- call: refund\n  args: {amount: 5}\n")
+    result = project.run("--replay-recordings", "-rs")
+    result.assert_outcomes(passed=4, skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED * recordings/test_desk/harness.yaml: a harness spec, not a recording",
+            "SKIPPED * recordings/test_desk/turns.yaml: a model script, not a recording",
+        ]
+    )
+    # named on the command line, it is replayed as the recording it was said to be
+    result = project.run("--replay-recordings", "recordings/test_desk/turns.yaml")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["cannot replay recordings/test_desk/turns.yaml: *"])
+
+
+def test_the_drift_hint_quotes_a_parametrized_file_name_for_the_shell(project: Project) -> None:
+    recorded(project)
+    folder = project.recordings / "test_desk"
+    (folder / "test_small_refund.yaml").rename(folder / "test_small_refund[A-1].yaml")
+    project.change_spec(*STRICTER)
+    result = project.run("--replay-recordings", "-k", "small")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["accept this drift with: pytest --update-recordings "
+         "'recordings/test_desk/test_small_refund[[]A-1[]].yaml'"]
+    )  # fmt: skip
+
+
 def test_an_unknown_task_or_a_broken_spec_is_an_error_per_item(project: Project) -> None:
     recorded(project)
     project.change_spec("  orders:\n", "  desk:\n")
@@ -229,7 +263,7 @@ def test_fail_on_requests_fails_after_a_prompt_change(project: Project) -> None:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*same: recording*",
+            "*changed: recording*",  # headed as what fails it, not `same`
             "  model requests changed: 3 of 3 (system prompt: 1 line changed)",
             "  system prompt:",
             "    -You are the order desk.",

@@ -171,7 +171,11 @@ async def test_an_unrecorded_run_has_no_journal_and_cannot_start_recording(app) 
             await harness.resume(waiting.run_id, record=True)
         with pytest.raises(ph.HarnessError, match="was not recorded"):
             await harness.export(waiting.run_id, app.root / "x.hx")
-    assert not (app.root / "x.hx").exists()
+        with pytest.raises(ph.RecordingError, match="was not recorded"):
+            await harness.export(waiting.run_id, app.root / "x.yaml")
+        with pytest.raises(ph.RecordingError, match="was not recorded"):
+            await harness.replay(waiting.run_id)
+    assert not (app.root / "x.hx").exists() and not (app.root / "x.yaml").exists()
 
 
 async def test_the_recording_setting_is_saved_with_the_session(app) -> None:

@@ -1,0 +1,67 @@
+"""What a YAML file found beside the recordings holds when it is plainly not a recording.
+
+A folder given to replay (`pytest-harness replay FOLDER`, `pytest --replay-recordings
+FOLDER`) means every recording under it (DESIGN §8), and a project often keeps its
+`harness.yaml`, a model script or a baseline in the same tree. Those are told apart only after
+a file has failed to load as a recording, so the files that load cost nothing more, and only by
+what the file plainly is: anything that names the recording format, holds one of a
+recording's own keys, or is not readable YAML stays a recording, whose load error is reported
+as before. A damaged golden file is never passed over as something else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pytest_harness.models.script_turns import TURN_KEYS
+
+__all__ = ["not_a_recording"]
+
+_MARK = b"pytest-harness/recording@"
+_RECORDING_KEYS = frozenset(
+    {"format", "task", "input", "principal", "model_turns", "tool_results", "outcome", "trace"}
+)
+_SPEC_KEYS = frozenset({"tasks", "models", "tools"})
+_LIMIT = 1 << 20
+"""Bytes read at most: specs, baselines and scripts are held to 1 MiB when loaded too."""
+
+
+def not_a_recording(path: Path) -> str | None:
+    """What `path` holds when it is plainly not a recording, else None.
+
+    `"a harness spec"` (a mapping with `tasks`, `models` or `tools`), `"a baseline"` (a
+    mapping with `locks`) or `"a model script"` (a list of scripted turns). None for an `.hx`
+    archive, a file that names the recording format or has a recording's keys, a file that
+    cannot be read or parsed, and anything else.
+    """
+    if path.suffix not in (".yaml", ".yml"):
+        return None
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(_LIMIT + 1)
+    except OSError:
+        return None
+    if len(data) > _LIMIT or _MARK in data:
+        return None
+    try:
+        document = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError, ValueError):
+        return None
+    if type(document) is dict:
+        keys = {k for k in document if type(k) is str}
+        if keys & _RECORDING_KEYS:
+            return None
+        if keys & _SPEC_KEYS:
+            return "a harness spec"
+        if "locks" in keys:
+            return "a baseline"
+        return None
+    if type(document) is list and document and all(_is_turn(turn) for turn in document):
+        return "a model script"
+    return None
+
+
+def _is_turn(turn: object) -> bool:
+    return type(turn) is dict and bool(turn) and all(k in TURN_KEYS for k in turn)
