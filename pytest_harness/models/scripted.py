@@ -175,9 +175,10 @@ class ScriptedProvider:
                 "a scripted model needs `script:` (a YAML file or a list of turns)", where[:-1]
             )
         if isinstance(raw, str):
-            return cls(
-                _read_script(config.spec.root, config.spec.resolve(raw)), model_name=config.name
-            )
+            path = config.spec.resolve(raw)
+            if not path.exists():  # named where the spec names it; read errors name the file
+                raise config.spec.error(f"script file not found: {raw} (looked at {path})", where)
+            return cls(_read_script(config.spec.root, path), model_name=config.name)
         spec = config.spec
         script = parse_script(raw, error=lambda reason, path: spec.error(reason, where + path))
         return cls(script, model_name=config.name)

@@ -115,8 +115,13 @@ async def test_inline_script_errors_point_into_harness_yaml(app) -> None:
 async def test_missing_script_file(app) -> None:
     app.write("tasks:\n  t: {prompt: p}\n")
     app.spec.write_text(app.spec.read_text().replace("script: []", "script: nowhere.yaml"))
-    with pytest.raises(SpecError, match=r"nowhere\.yaml"):
+    with pytest.raises(SpecError, match=r"nowhere\.yaml") as info:
         ph.load(app.spec)
+    # named where the spec names it: the spec file, its line and the key path
+    line = app.spec.read_text().splitlines().index("    script: nowhere.yaml") + 1
+    assert str(info.value).startswith(
+        f"{app.spec}:{line} models.default.script: script file not found: nowhere.yaml "
+    )
 
 
 async def test_function_provider_gets_the_request(app, write_file) -> None:
