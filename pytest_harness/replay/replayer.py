@@ -82,7 +82,11 @@ async def replay(
         )
     recording = await load_source(harness, source)
     plan = harness._plan(recording.task)
-    tape = Tape(recording, deadline=plan.spec.deadline)
+    tape = Tape(
+        recording,
+        deadline=plan.spec.deadline,
+        timeouts={link.name: link.spec.timeout for link in plan.models},
+    )
     model = TapeModel(tape)
     twin_plan = replace(
         plan,

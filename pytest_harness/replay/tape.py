@@ -9,6 +9,10 @@ A `TapeTool` applies today's tool contract first, as a live run would: arguments
 schema rejects get the `invalid_arguments` outcome, whatever the recording says. With
 `invoke=True` (a `safe` tool under `tools="safe"`) it calls the real tool instead and uses
 today's result; the recorded one is set aside, and the trace shows the difference.
+
+What the harness itself decided for a call is no answer: a recorded `invalid_arguments` whose
+arguments today's schema accepts, and a call the tool's or the model's own `timeout` stopped
+when that timeout is not today's, diverge (a run today would get a result the tape lacks).
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from pytest_harness.recording.model import ApprovalDecision, Recording
 from pytest_harness.redaction import redact
 from pytest_harness.runtime.driver_base import _Deadline
 from pytest_harness.runtime.plan import PlanTool
+from pytest_harness.runtime.retrying import timeout_message
 from pytest_harness.tools.context import ToolContext
-from pytest_harness.tools.registry import ToolOutcome
+from pytest_harness.tools.registry import ToolOutcome, timeout_text
 
 __all__ = ["Tape", "TapeModel", "TapeTool", "recorded_answer"]
 
@@ -96,10 +101,18 @@ def recorded_answer(answer: Mapping[str, Any], request: ModelRequest) -> ModelRe
 class Tape:
     """What a recording can answer, and how much of it a replay used."""
 
-    def __init__(self, recording: Recording, *, deadline: float | None = None) -> None:
+    def __init__(
+        self,
+        recording: Recording,
+        *,
+        deadline: float | None = None,
+        timeouts: Mapping[str, float | None] | None = None,
+    ) -> None:
         self.recording = recording
         self.deadline = deadline
         """Today's deadline of the task: a recorded call it cut is cut again only with one."""
+        self.timeouts = dict(timeouts or {})
+        """Today's `timeout` of each model of the task, by name."""
         self.turns = recording.model_turns
         self.turns_used = 0
         self.requests = 0
@@ -130,8 +143,30 @@ class Tape:
                 expected={"model_turn": index + 1, "interrupted": "deadline"},
                 actual={"model_turn": index + 1, "deadline": None},
             )
+        self._check_timeout(index, turn.answer, request.model)
         self.turns_used += 1
         return recorded_answer(turn.answer, request)
+
+    def _check_timeout(self, index: int, answer: Mapping[str, Any], model: str) -> None:
+        """Diverge at a call the model's own `timeout` stopped when that timeout is not today's.
+
+        The recording has no answer the call would have got with more time: whether a run
+        today gets one, and which, it cannot say. A provider's own timeout errors (another
+        message) are played back as they are.
+        """
+        if answer.get("error") != "timeout" or model not in self.timeouts:
+            return
+        message, today = str(answer.get("message") or ""), self.timeouts[model]
+        ours = timeout_message(model, today)
+        if message == ours or not message.startswith(ours.rpartition(" within ")[0] + " within "):
+            return
+        raise ReplayDiverged(
+            f"model turn {index + 1} timed out when recorded ({message}); today model {model}'s "
+            f"timeout is {'none' if today is None else f'{today:g}s'}, so whether a run today "
+            "gets an answer, and which, the recording cannot say",
+            expected={"model_turn": index + 1, "error": "timeout", "message": message},
+            actual={"model_turn": index + 1, "timeout": today},
+        )
 
     def tool_result(self, name: str, args: Mapping[str, Any]) -> ToolOutcome:
         """The recorded outcome of this call; `ReplayDiverged` when none is left."""
@@ -228,6 +263,20 @@ class TapeTool:
             self.tape.take_tool_result(self.name, args)
             return await self.tool.invoke(args, context, overall_timeout=overall_timeout)
         outcome = self.tape.tool_result(self.name, args)
+        today = self.spec.timeout
+        if (
+            outcome.kind == "timeout"
+            and outcome.text.startswith(f"tool {self.name!r} timed out after ")
+            and (today is None or outcome.text != timeout_text(self.name, today))
+        ):
+            call = {"name": self.name, "args": dict(args)}
+            raise ReplayDiverged(
+                f"tool call {self.name} timed out when recorded ({outcome.text}); today its "
+                f"timeout is {'none' if today is None else f'{today:g}s'}, so whether a run "
+                "today gets a result, and which, the recording cannot say",
+                expected={**call, "outcome": "timeout", "error": outcome.text},
+                actual={**call, "timeout": today},
+            )
         if check is not None and outcome.kind == "invalid_arguments":
             call = {"name": self.name, "args": dict(args)}
             raise ReplayDiverged(

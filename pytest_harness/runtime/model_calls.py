@@ -27,6 +27,7 @@ from pytest_harness.runtime.retrying import (
     budget_message,
     first_event,
     first_event_message,
+    timeout_message,
 )
 from pytest_harness.runtime.texts import schemas_text
 from pytest_harness.store.base import EventDraft
@@ -201,7 +202,7 @@ class ModelCalls(DriverBase):
         try:
             if link.spec.first_event_timeout is None:
                 response: ModelResponse = await self._within_deadline(
-                    self._complete(link, request), link.spec.timeout, f"model {link.name}"
+                    self._complete(link, request), link.spec.timeout, link.name
                 )
             else:
                 response = await self._timed_attempt(link, request, arrived)
@@ -271,9 +272,7 @@ class ModelCalls(DriverBase):
         await self._commit([], phase=Boundary.MODEL_STARTED)
         started = monotonic()
         call = asyncio.ensure_future(
-            self._within_deadline(
-                self._complete(link, request), link.spec.timeout, f"model {link.name}"
-            )
+            self._within_deadline(self._complete(link, request), link.spec.timeout, link.name)
         )
         outcome = await first_event(call, arrived, limit - carried)
         state.waiting = None
@@ -443,7 +442,7 @@ class ModelCalls(DriverBase):
         if hub is not None:
             hub.provisional(self.record.run_id, draft)
 
-    async def _within_deadline(self, awaitable: Any, timeout: float | None, what: str) -> Any:
+    async def _within_deadline(self, awaitable: Any, timeout: float | None, model: str) -> Any:
         remaining = self._remaining()
         if remaining is not None and remaining <= 0:
             awaitable.close()
@@ -461,7 +460,7 @@ class ModelCalls(DriverBase):
         except TimeoutError:
             if remaining is not None and (timeout is None or remaining <= timeout):
                 raise _Deadline from None
-            raise ModelError("timeout", f"{what} did not answer within {timeout}s") from None
+            raise ModelError("timeout", timeout_message(model, timeout)) from None
 
     async def _retry_sleep(self, clock: dict[str, float], seconds: float) -> None:
         """Charge the wait before a retry to the model's clock, commit, then wait.

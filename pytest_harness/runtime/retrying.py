@@ -23,7 +23,14 @@ from typing import Any
 from pytest_harness.errors import ModelError
 from pytest_harness.models.base import ModelProvider
 
-__all__ = ["FirstEvent", "RetryClock", "budget_message", "first_event", "first_event_message"]
+__all__ = [
+    "FirstEvent",
+    "RetryClock",
+    "budget_message",
+    "first_event",
+    "first_event_message",
+    "timeout_message",
+]
 
 _SLACK = 1e-9
 """Floating-point slack when a wait exactly fills the budget."""
@@ -90,6 +97,14 @@ def budget_message(model: str, budget: float, spent: tuple[float, float]) -> str
         f"retry budget of model {model!r} spent: {waited:g}s of its {budget:g}s waited in this "
         f"run, and the next retry would wait {delay:g}s more (models.{model}.retry_budget)"
     )
+
+
+def timeout_message(model: str, timeout: float | None) -> str:
+    """The `timeout` error of a model call that got no answer within the model's `timeout`.
+
+    A replay reads it back to tell this harness's own timeout from a provider's.
+    """
+    return f"model {model} did not answer within {timeout}s"
 
 
 def first_event_message(model: str, timeout: float, carried: float) -> str:

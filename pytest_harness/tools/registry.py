@@ -55,6 +55,7 @@ __all__ = [
     "ToolOutcome",
     "ToolSet",
     "ToolSignatureError",
+    "timeout_text",
 ]
 
 
@@ -289,12 +290,17 @@ class Tool:
 
     def _expired(self, kind: OutcomeKind, limit: float, *, started: bool) -> ToolOutcome:
         if kind == "timeout":
-            text = f"tool {self.name!r} timed out after {limit:g}s"
+            text = timeout_text(self.name, limit)
         elif started:
             text = f"tool {self.name!r} was stopped after {limit:g}s: the run's deadline passed"
         else:
             text = f"tool {self.name!r} was not called: the run's deadline has passed"
         return ToolOutcome.failure(kind, text, type="TimeoutError", message=text)
+
+
+def timeout_text(name: str, limit: float) -> str:
+    """The text of a call of tool `name` that its own `timeout` of `limit` seconds stopped."""
+    return f"tool {name!r} timed out after {limit:g}s"
 
 
 class ToolSet:
