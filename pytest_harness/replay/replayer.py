@@ -86,6 +86,7 @@ async def replay(
         recording,
         deadline=plan.spec.deadline,
         timeouts={link.name: link.spec.timeout for link in plan.models},
+        first_event_timeouts={link.name: link.spec.first_event_timeout for link in plan.models},
     )
     model = TapeModel(tape)
     twin_plan = replace(

@@ -32,7 +32,7 @@ from pytest_harness.recording.model import ApprovalDecision, Recording
 from pytest_harness.redaction import redact
 from pytest_harness.runtime.driver_base import _Deadline
 from pytest_harness.runtime.plan import PlanTool
-from pytest_harness.runtime.retrying import timeout_message
+from pytest_harness.runtime.retrying import first_event_prefix, timeout_message
 from pytest_harness.tools.context import ToolContext
 from pytest_harness.tools.registry import ToolOutcome, timeout_text
 
@@ -107,12 +107,15 @@ class Tape:
         *,
         deadline: float | None = None,
         timeouts: Mapping[str, float | None] | None = None,
+        first_event_timeouts: Mapping[str, float | None] | None = None,
     ) -> None:
         self.recording = recording
         self.deadline = deadline
         """Today's deadline of the task: a recorded call it cut is cut again only with one."""
         self.timeouts = dict(timeouts or {})
         """Today's `timeout` of each model of the task, by name."""
+        self.first_event_timeouts = dict(first_event_timeouts or {})
+        """Today's `first_event_timeout` of each model of the task, by name."""
         self.turns = recording.model_turns
         self.turns_used = 0
         self.requests = 0
@@ -154,7 +157,10 @@ class Tape:
         today gets one, and which, it cannot say. A provider's own timeout errors (another
         message) are played back as they are.
         """
-        if answer.get("error") != "timeout" or model not in self.timeouts:
+        if answer.get("error") != "timeout":
+            return
+        self._check_first_event(index, str(answer.get("message") or ""), model)
+        if model not in self.timeouts:
             return
         message, today = str(answer.get("message") or ""), self.timeouts[model]
         ours = timeout_message(model, today)
@@ -166,6 +172,29 @@ class Tape:
             "gets an answer, and which, the recording cannot say",
             expected={"model_turn": index + 1, "error": "timeout", "message": message},
             actual={"model_turn": index + 1, "timeout": today},
+        )
+
+    def _check_first_event(self, index: int, message: str, model: str) -> None:
+        """Diverge at an attempt its `first_event_timeout` stopped, when that is not today's.
+
+        Such an attempt holds no answer: with the setting raised or removed a run today may
+        get one, which the recording does not have.
+        """
+        prefix = first_event_prefix(model)
+        if model not in self.first_event_timeouts or not message.startswith(prefix):
+            return
+        today = self.first_event_timeouts[model]
+        if today is not None:
+            ours = f"{prefix}{today:g}s"
+            if message == ours or message.startswith(f"{ours}, "):
+                return
+        raise ReplayDiverged(
+            f"model turn {index + 1} got no first event in time when recorded ({message}); "
+            f"today model {model}'s first_event_timeout is "
+            f"{'none' if today is None else f'{today:g}s'}, so whether a run today gets an "
+            "answer, and which, the recording cannot say",
+            expected={"model_turn": index + 1, "error": "timeout", "message": message},
+            actual={"model_turn": index + 1, "first_event_timeout": today},
         )
 
     def tool_result(self, name: str, args: Mapping[str, Any]) -> ToolOutcome:

@@ -29,6 +29,7 @@ __all__ = [
     "budget_message",
     "first_event",
     "first_event_message",
+    "first_event_prefix",
     "timeout_message",
 ]
 
@@ -108,16 +109,22 @@ def timeout_message(model: str, timeout: float | None) -> str:
 
 
 def first_event_message(model: str, timeout: float, carried: float) -> str:
-    """The `timeout` error of an attempt that got no first byte or event in time."""
+    """The `timeout` error of an attempt that got no first byte or event in time.
+
+    It starts with `first_event_prefix(model)` and the timeout (`0.3s`), then says how much of
+    it an earlier attempt waited, if any: a replay reads it back to tell the timeout it had.
+    """
     earlier = (
         f", {carried:.3g}s of it waited by an attempt a stopped worker left unanswered"
         if carried > 0
         else ""
     )
-    return (
-        f"model {model!r} sent no first byte or event within its first_event_timeout of "
-        f"{timeout:g}s{earlier}"
-    )
+    return f"{first_event_prefix(model)}{timeout:g}s{earlier}"
+
+
+def first_event_prefix(model: str) -> str:
+    """What every `first_event_message` of `model` starts with, up to the timeout."""
+    return f"model {model!r} sent no first byte or event within its first_event_timeout of "
 
 
 class FirstEvent(Enum):

@@ -84,3 +84,25 @@ async def test_a_providers_own_timeout_is_an_answer(app, tmp_path) -> None:
     _, golden = await record(app, tmp_path / "g.yaml")
     write(app, script)
     assert (await replay(app, golden)).same
+
+
+@pytest.mark.parametrize(
+    ("today", "same"),
+    [
+        ("\n    first_event_timeout: 0.2s", True),
+        ("\n    first_event_timeout: 10s", False),
+        ("", False),
+        ("\n    timeout: 0.2s", False),  # another setting; the first-event one is gone
+    ],
+)
+async def test_a_first_event_timeout_replays_the_same_only_while_it_is_todays(
+    app, tmp_path, today, same
+) -> None:
+    write(app, MODEL_SCRIPT, model="\n    first_event_timeout: 0.2s")
+    result, golden = await record(app, tmp_path / "g.yaml")
+    assert result.output == "fast"  # the first attempt sent nothing in time, the retry answered
+    write(app, MODEL_SCRIPT, model=today)
+    report = await replay(app, golden)
+    assert report.same is same, report.render()
+    if not same:
+        assert report.diverged is not None and "got no first event in time" in report.diverged
