@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_harness.archive.format import (
     ARCHIVE_FORMAT,
+    ARCHIVE_NAME,
     ARCHIVE_VERSION,
     BundleLimits,
     DuplicateKey,
@@ -138,26 +139,13 @@ def _short(value: Any) -> str:
 def check_manifest(manifest: Any, read: ArchiveRead) -> None:
     """Check the manifest's shape, format, version, final state, policy and catalogue."""
     _want(manifest, dict, "manifest.json", read)
-    fmt = manifest.get("format")
-    if fmt != ARCHIVE_FORMAT:
-        raise read.fatal(
-            "bad_manifest", f"manifest format must be {ARCHIVE_FORMAT!r}, got {_short(fmt)}"
-        )
-    version = manifest.get("version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise read.fatal(
-            "bad_manifest", f"manifest version must be an integer, got {_short(version)}"
-        )
-    if version != ARCHIVE_VERSION:
-        newer = "newer than" if version > ARCHIVE_VERSION else "not"
-        raise read.fatal(
-            "unsupported_version",
-            f"the archive is {ARCHIVE_FORMAT}@{version}, {newer} the version this "
-            f"pytest-harness reads ({ARCHIVE_FORMAT}@{ARCHIVE_VERSION})"
-            + ("; upgrade pytest-harness" if version > ARCHIVE_VERSION else ""),
-        )
+    _check_format(manifest, read)
     for key in ("session_id", "run_id", "task"):
         _want(manifest.get(key), str, f"manifest {key}", read)
+    if "spec" in manifest or manifest["format"] == ARCHIVE_FORMAT:
+        spec = _want(manifest.get("spec"), dict, "manifest spec", read)
+        for key in ("name", "digest", "source"):
+            _want(spec.get(key), (str, type(None)), f"manifest spec.{key}", read)
     final = _want(manifest.get("final_state"), dict, "manifest final_state", read)
     if final.get("status") not in _STATUSES:
         raise read.fatal(
@@ -190,6 +178,41 @@ def check_manifest(manifest: Any, read: ArchiveRead) -> None:
                 f"artifact {sha} has status {_short(entry.get('status'))} (expected included, "
                 "omitted, missing or corrupt)",
             )
+
+
+_FORMAT = re.compile(r"^" + re.escape(ARCHIVE_NAME) + r"@([0-9]{1,9})$")
+
+
+def _check_format(manifest: dict[str, Any], read: ArchiveRead) -> None:
+    """Accept format version 1, in either spelling; refuse any other, naming both.
+
+    `format: pytest-harness/archive@1`, or, as earlier builds wrote it, `format:
+    pytest-harness/archive` with `version: 1` (archives are evidence: old ones still verify).
+    """
+    fmt = manifest.get("format")
+    version: Any = manifest.get("version")
+    if fmt == ARCHIVE_NAME:  # the earlier spelling: the version in a key of its own
+        shown = f"{ARCHIVE_NAME} with version {_short(version)}"
+        known = type(version) is int
+    else:
+        match = _FORMAT.match(fmt) if isinstance(fmt, str) else None
+        shown = _short(fmt)
+        known = match is not None
+        if match is not None:
+            if "version" in manifest and (type(version) is not int or version != int(match[1])):
+                raise read.fatal(
+                    "bad_manifest", f"manifest format {fmt} and version {_short(version)} disagree"
+                )
+            version = int(match[1])
+    if known and version == ARCHIVE_VERSION:
+        return
+    newer = known and version > ARCHIVE_VERSION
+    raise read.fatal(
+        "unsupported_version" if known else "bad_manifest",
+        f"the archive's format is {shown}; this pytest-harness reads {ARCHIVE_FORMAT} (and "
+        f"{ARCHIVE_NAME} with version {ARCHIVE_VERSION}, as earlier builds wrote it)"
+        + ("; the archive is newer: upgrade pytest-harness" if newer else ""),
+    )
 
 
 _RECORD_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -315,7 +338,26 @@ def _text(value: Any) -> str:
 
 
 def check_state(manifest: dict[str, Any], read: ArchiveRead) -> None:
-    """Check the manifest's final status and unresolved attempts against the records."""
+    """Check the manifest's spec, final status and unresolved attempts against the records."""
+    spec = manifest.get("spec")
+    started = read.records[0] if read.records else None
+    if (
+        isinstance(spec, dict)
+        and spec.get("source") == "run.started"
+        and started is not None
+        and started["kind"] == "run.started"
+        and not started["omitted"]
+        and not started["redacted"]
+    ):
+        recorded = (started["payload"].get("spec"), started["payload"].get("spec_digest"))
+        if recorded != (spec.get("name"), spec.get("digest")):
+            raise read.fatal(
+                "spec_mismatch",
+                f"the manifest names spec {_short(spec.get('name'))} "
+                f"({_short(spec.get('digest'))}), but the run.started record says "
+                f"{_short(recorded[0])} ({_short(recorded[1])})",
+                1,
+            )
     status = manifest["final_state"]["status"]
     checkpoints = [r for r in read.records if r["kind"] == "checkpoint"]
     if status != "running" and read.records:

@@ -22,11 +22,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_harness.archive.format import (
     ARCHIVE_FORMAT,
-    ARCHIVE_VERSION,
     MANIFEST,
     RECORDS,
     BundleLimits,
@@ -38,6 +37,9 @@ from pytest_harness.errors import ArchiveError, HarnessError, StoreError
 from pytest_harness.redaction import redact as redact_credentials
 from pytest_harness.store.base import JournalEntry, RunRecord, Store
 from pytest_harness.tools.artifacts import ARTIFACT_URI
+
+if TYPE_CHECKING:
+    from pytest_harness.spec.spec import Spec
 
 __all__ = ["ExportPolicy", "export_incident", "export_run", "open_store"]
 
@@ -140,9 +142,18 @@ async def export_incident(
 
 
 async def export_run(
-    store: Store, record: RunRecord, dest: Path, *, policy: ExportPolicy | None = None
+    store: Store,
+    record: RunRecord,
+    dest: Path,
+    *,
+    policy: ExportPolicy | None = None,
+    spec: Spec | None = None,
 ) -> Path:
-    """Write the archive of a stored, recorded run (see `export_incident`)."""
+    """Write the archive of a stored, recorded run (see `export_incident`).
+
+    The manifest names the spec the run was started with (its `run.started` record); `spec`,
+    the exporting harness's, stands in when the journal has no such record.
+    """
     policy = policy or ExportPolicy()
     if dest.suffix != ".hx":
         raise ArchiveError(f"cannot export to {dest}: an incident archive's name ends in .hx")
@@ -163,7 +174,8 @@ async def export_run(
     records, references = _records(entries, policy)
     catalogue, blobs = await _catalogue(store, references, policy)
     records_text = "".join(dumps(r) + "\n" for r in records).encode()
-    manifest = _manifest(record, records, records_text, catalogue, policy)
+    named = _spec_of(entries, spec)
+    manifest = _manifest(record, named, records, records_text, catalogue, policy)
     members = [(MANIFEST, dumps(manifest, indent=2).encode() + b"\n"), (RECORDS, records_text)]
     members += [(artifact_member(sha), data) for sha, data in sorted(blobs.items())]
     data = _zip(members, limits, record.run_id)
@@ -254,6 +266,7 @@ async def _catalogue(
 
 def _manifest(
     record: RunRecord,
+    spec: dict[str, Any],
     records: list[dict[str, Any]],
     records_text: bytes,
     catalogue: list[dict[str, Any]],
@@ -272,7 +285,6 @@ def _manifest(
         final["output"] = redact_credentials(state.get("output"))
     return {
         "format": ARCHIVE_FORMAT,
-        "version": ARCHIVE_VERSION,
         "created_at": time.time(),
         "generator": {
             "pytest_harness": __version__,
@@ -281,6 +293,7 @@ def _manifest(
         "session_id": record.session_id,
         "run_id": record.run_id,
         "task": record.task,
+        "spec": spec,
         "final_state": final,
         "unresolved": outstanding(records),
         "policy": {
@@ -295,6 +308,22 @@ def _manifest(
         },
         "artifacts": catalogue,
     }
+
+
+def _spec_of(entries: list[JournalEntry], spec: Spec | None) -> dict[str, Any]:
+    """The manifest's `spec`: name, digest, and where they come from.
+
+    The run's `run.started` record (what the run was started with), else the exporting
+    harness's spec (`harness`), else nowhere (`source` None, name and digest null).
+    """
+    started = next((e for e in entries if e.kind == "run.started"), None)
+    if started is not None:
+        name, digest = started.payload.get("spec"), started.payload.get("spec_digest")
+        if isinstance(name, str) and isinstance(digest, str) and digest:
+            return {"name": name, "digest": digest, "source": "run.started"}
+    if spec is not None:
+        return {"name": spec.document.name, "digest": spec.digest, "source": "harness"}
+    return {"name": None, "digest": None, "source": None}
 
 
 def _zip(members: list[tuple[str, bytes]], limits: BundleLimits, run_id: str) -> bytes:

@@ -1,7 +1,8 @@
 """The `.hx` format, version 1: member names, limits, JSON rules, and what the records mean.
 
 ```
-manifest.json      the run's identity, final state, unresolved attempts, policy, checksums
+manifest.json      format, the run's identity and spec, final state, unresolved attempts,
+                   policy, checksums
 records.jsonl      one journal entry per line (UTF-8 JSON objects, `seq` contiguous from 1)
 artifacts/<hex>    the bytes of one artifact, named by their SHA-256 (only when exported)
 ```
@@ -19,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "ARCHIVE_FORMAT",
+    "ARCHIVE_NAME",
     "ARCHIVE_VERSION",
     "MANIFEST",
     "MODEL_CLOSERS",
@@ -32,8 +34,11 @@ __all__ = [
     "outstanding",
 ]
 
-ARCHIVE_FORMAT = "pytest-harness/archive"
+ARCHIVE_NAME = "pytest-harness/archive"
 ARCHIVE_VERSION = 1
+ARCHIVE_FORMAT = f"{ARCHIVE_NAME}@{ARCHIVE_VERSION}"
+"""The manifest's `format`. Earlier builds wrote `format: ARCHIVE_NAME` with a separate
+`version: 1`; reading accepts both spellings of version 1 (archives are evidence)."""
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 ARTIFACT_MEMBER = re.compile(r"^artifacts/([0-9a-f]{64})$")

@@ -118,7 +118,7 @@ def records_gap(rows: list[dict]) -> list[dict]:
 
 
 def future(meta: dict) -> None:
-    meta["version"] = 2
+    meta["format"] = "pytest-harness/archive@2"
 
 
 def wrong_status(meta: dict) -> None:
