@@ -4,6 +4,8 @@ Kept apart from `cli.py` (which wires them in with one call) so each command sta
 display only: the work is `pytest_harness.archive`'s. `export-incident` loads no spec: it
 reads the store alone. `verify` exits 0 for a valid archive and 1 for an invalid one;
 `playback` prints the timeline (seq, kind, step, attempt, execution key, a one-line summary).
+A FILE that does not exist or is a folder is an input error (exit 2) for both, as a missing
+STORE is for `export-incident`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -97,11 +100,23 @@ async def _export_incident(args: argparse.Namespace, out: Console, err: Console)
     return 0
 
 
+def _archive_file(given: str) -> None:
+    """Refuse a FILE that is no file (`ArchiveError`: an input error, exit 2)."""
+    from pytest_harness.errors import ArchiveError
+
+    path = Path(given)
+    if path.is_dir():
+        raise ArchiveError(f"cannot read {given}: a folder, not a file (give a .hx archive)")
+    if not path.exists():
+        raise ArchiveError(f"cannot read {given}: no such file")
+
+
 async def _verify(args: argparse.Namespace, out: Console, err: Console) -> int:
     from rich.text import Text
 
     from pytest_harness.archive.reader import verify_archive
 
+    _archive_file(args.file)
     report = verify_archive(args.file)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
@@ -125,6 +140,7 @@ async def _verify(args: argparse.Namespace, out: Console, err: Console) -> int:
 async def _playback(args: argparse.Namespace, out: Console, err: Console) -> int:
     from pytest_harness.archive.reader import playback
 
+    _archive_file(args.file)
     played = playback(args.file)
     if args.json:
         data = {

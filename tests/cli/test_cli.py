@@ -314,6 +314,19 @@ def test_verify_exits_1_for_an_invalid_archive_and_playback_2(cli) -> None:
     one_error_line(cli("playback", "bad.hx"), "not a valid .hx archive")
 
 
+def test_verify_and_playback_of_a_path_that_is_no_file_are_input_errors(cli) -> None:
+    """A missing file or a folder is an input error (exit 2, one line naming the path), as
+    for `export-incident`; a file that is not a valid archive stays `verify`'s exit 1."""
+    Path("a-folder").mkdir()
+    for command in ("verify", "playback"):
+        for flags in ((), ("--json",)):
+            one_error_line(cli(command, "nofile.hx", *flags), "nofile.hx: no such file")
+            one_error_line(cli(command, "a-folder", *flags), "a-folder: a folder, not a file")
+    Path("empty.hx").write_bytes(b"")
+    verified = cli("verify", "empty.hx")
+    assert verified.code == 1 and "empty.hx: invalid" in verified.out
+
+
 def test_export_incident_reads_the_store_alone(cli) -> None:
     import sqlite3
     from contextlib import closing
