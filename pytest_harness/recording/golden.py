@@ -210,12 +210,21 @@ class _Approval(_Strict):
     reason: str | None = None
 
 
+class _Control(_Strict):
+    action: Literal["cancel", "pause"]
+    status: RunStatus
+    """What the run had stopped at when the control took effect (`awaiting_approval`)."""
+    step: Annotated[StrictInt, Field(ge=0)]
+
+
 class _Outcome(_Strict):
     status: RunStatus
     output: str | None = None
     error: dict[str, str] | None = None
     limit: str | None = None
     usage: dict[str, Any] = {}
+    control: _Control | None = None
+    """A `cancel()` or `pause()` that ended the run where it had stopped (absent: none)."""
 
 
 class _Decision(_Strict):
@@ -303,6 +312,9 @@ def recording_fields(path: Path) -> dict[str, Any]:
         error=outcome.error,
         limit=outcome.limit,
         usage=outcome.usage,
+        control=None
+        if outcome.control is None
+        else {**outcome.control.model_dump(), "status": outcome.control.status.value},
         trace=Trace(
             [Decision(step=d.step, kind=d.kind, key=d.key, detail=d.detail) for d in parsed.trace]
         ),

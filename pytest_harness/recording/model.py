@@ -20,7 +20,7 @@ from typing import Any
 from pytest_harness.errors import HarnessError, RecordingError
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.redaction import redact, redact_schema, stable_ids
-from pytest_harness.runtime.trace import Trace
+from pytest_harness.runtime.trace import Decision, Trace
 from pytest_harness.store.base import JournalEntry, RunRecord, Store
 
 __all__ = [
@@ -84,6 +84,10 @@ class Recording:
     error: Mapping[str, str] | None = None
     limit: str | None = None
     usage: Mapping[str, Any] = field(default_factory=dict)
+    control: Mapping[str, Any] | None = None
+    """The `cancel()` or `pause()` that ended the run where it had stopped, as `{action:
+    cancel | pause, status, step}` (the status and step it had stopped at); a replay that stops
+    at the same status and step applies it too. None: the run ended by itself."""
     trace: Trace = field(default_factory=Trace)
     grades: tuple[Mapping[str, Any], ...] = ()
     """Online eval grades of the outcome: `{grader, score, passed, detail, error}` each."""
@@ -132,6 +136,8 @@ class Recording:
         tools: list[ToolResult] = []
         approvals: list[ApprovalDecision] = []
         checkpoint: Mapping[str, Any] | None = None
+        stopped: Mapping[str, Any] | None = None
+        """The last checkpoint a control did not write: where a cancel or pause found it."""
         sent: dict[str, Any] = {"system": None, "tools": [], "messages": []}
         for item in entries:
             if isinstance(item, JournalEntry):  # read as it is, not copied into a record first
@@ -192,6 +198,8 @@ class Recording:
                 )
             elif kind == "checkpoint":
                 checkpoint = payload
+                if payload.get("status") not in _CONTROLLED:
+                    stopped = payload
         if started is None:
             raise HarnessError(
                 f"the journal of run {run_id or '(unknown)'} has no run.started entry: "
@@ -209,6 +217,7 @@ class Recording:
             }
         else:
             final = outcome or checkpoint or {"status": "running"}
+        control = _control(final, stopped)
         return cls(
             task=started["task"],
             input=started["input"],
@@ -232,6 +241,7 @@ class Recording:
             error=final.get("error"),
             limit=final.get("limit"),
             usage=dict(final.get("usage") or {}),
+            control=control,
             # built when first read (a replay's own recording mostly never is); the entries
             # are the journal's or the state's, read for this recording alone
             trace=(
@@ -384,6 +394,7 @@ class Recording:
                 "error": None if self.error is None else dict(self.error),
                 "limit": self.limit,
                 "usage": dict(self.usage),
+                **({} if self.control is None else {"control": dict(self.control)}),
             },
             "trace": self.trace.to_list(),
         }
@@ -394,6 +405,34 @@ class Recording:
             ]
         cleaned: dict[str, Any] = stable_ids(data)
         return cleaned
+
+
+_CONTROLLED = {"cancelled": "cancel", "paused": "pause"}
+"""The statuses only a control request ends a run with, and the control that does."""
+
+
+def _control(final: Mapping[str, Any], stopped: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The control that ended a run `cancelled` or `paused`, and where it found the run.
+
+    Where the run had stopped (`stopped`, its last checkpoint before the control's) when
+    nothing happened between the two but the control's own `output` decision (a cancel's);
+    else it was `running` at its last step.
+    """
+    action = _CONTROLLED.get(str(final["status"]))
+    if action is None:
+        return None
+    steps = (final.get("usage") or {}).get("steps", 0)
+    trace = list(final.get("trace") or ())
+    if trace and _kind(trace[-1]) == "output":
+        trace.pop()
+    if stopped is not None and len(stopped.get("trace") or ()) == len(trace):
+        return {"action": action, "status": str(stopped["status"]), "step": steps}
+    return {"action": action, "status": "running", "step": steps}
+
+
+def _kind(decision: Any) -> Any:
+    """A trace decision's kind, of a `Decision` or of its JSON form."""
+    return decision.kind if isinstance(decision, Decision) else decision.get("kind")
 
 
 def _parts(parts: Any) -> Mapping[str, Any] | None:

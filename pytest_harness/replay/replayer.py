@@ -21,6 +21,7 @@ what is the same on both sides is not redacted twice.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -114,6 +115,7 @@ async def replay(
         history=[cast(Message, dict(m)) for m in recording.history],
     )
     divergence: Divergence | None = None
+    control: Mapping[str, Any] | None = None
     async with twin:
         record, _, history = await twin._create(
             recording.task,
@@ -128,6 +130,7 @@ async def replay(
         try:
             result = await twin._drive(record, created=True, history=history)
             result = await _answer_approvals(twin, tape, result, recording.tenant)
+            result, control = await _apply_control(twin, recording.control, result)
         except ReplayDiverged as exc:
             expected, actual = redact(exc.expected), redact(exc.actual)
             divergence = Divergence(
@@ -145,6 +148,7 @@ async def replay(
         replayed = Recording.from_journal(
             await twin.store.journal(record.run_id), outcome=_outcome(result)
         )
+        replayed = replace(replayed, control=control if divergence is None else None)
     # A report leaves the store: what it shows of either side is redacted (DESIGN §6), and
     # values are compared redacted. Redaction is deterministic: values equal before it are
     # equal after it, so what is the same on both sides is neither redacted nor diffed.
@@ -201,6 +205,26 @@ def _outcome(result: RunResult) -> dict[str, Any]:
         "usage": result.usage.to_dict(),
         "trace": result.trace,
     }
+
+
+async def _apply_control(
+    twin: HarnessControl, control: Mapping[str, Any] | None, result: RunResult
+) -> tuple[RunResult, Mapping[str, Any] | None]:
+    """Cancel or pause the replay where the recorded run was: at the status and step it had.
+
+    A control that found the recorded run `running` (mid-step, at a moment no replay can
+    find again), or a replay that stopped elsewhere, is not applied: the statuses differ.
+    """
+    if (
+        control is None
+        or control.get("status") == RunStatus.RUNNING.value
+        or result.status.value != control.get("status")
+        or result.usage.steps != control.get("step")
+    ):
+        return result, None
+    if control.get("action") == "cancel":
+        return await twin.cancel(result.run_id), control
+    return await twin.pause(result.run_id), control
 
 
 async def _answer_approvals(
