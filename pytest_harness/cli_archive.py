@@ -92,6 +92,8 @@ def add_archive_commands(command: Command) -> None:
 async def _export_incident(args: argparse.Namespace, out: Console, err: Console) -> int:
     from pytest_harness.archive.export import export_incident, open_store
 
+    _refuse_password(args.store)
+
     async with open_store(args.store) as store:
         path = await export_incident(
             store, args.session_id, args.run_id, args.dest, policy=policy_from_args(args)
@@ -109,6 +111,31 @@ def _archive_file(given: str) -> None:
         raise ArchiveError(f"cannot read {given}: a folder, not a file (give a .hx archive)")
     if not path.exists():
         raise ArchiveError(f"cannot read {given}: no such file")
+
+
+def _refuse_password(store: str) -> None:
+    """A `postgresql://` STORE must not carry its password (DESIGN §8): `StoreError`, exit 2.
+
+    A command line stays in the shell's history and in the process list; libpq reads the
+    password from `$PGPASSWORD` or a `.pgpass` file instead.
+    """
+    if not store.startswith(("postgresql://", "postgres://")):
+        return
+    from urllib.parse import urlsplit
+
+    from pytest_harness.archive.export import _safe_url
+    from pytest_harness.errors import StoreError
+
+    try:
+        password = urlsplit(store).password
+    except ValueError:
+        return  # a malformed URL: opening it says what is wrong
+    if password is not None:
+        raise StoreError(
+            f"STORE {_safe_url(store)} has a password in it: a command line keeps it in the "
+            "shell's history and the process list; give the URL without it and the password "
+            "in $PGPASSWORD or a .pgpass file"
+        )
 
 
 async def _verify(args: argparse.Namespace, out: Console, err: Console) -> int:

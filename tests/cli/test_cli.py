@@ -347,6 +347,11 @@ def test_export_incident_reads_the_store_alone(cli) -> None:
     )
     one_error_line(cli("export-incident", "nope.db", session, run_id, "j.hx"), "no such file")
     one_error_line(cli("export-incident", ".harness", session, run_id, "j.hx"), "a folder, not")
+    # DESIGN §8: a password is never typed on the command line (refused before connecting)
+    with_password = "postgresql://app:hunter2@127.0.0.1:1/db?schema=s"
+    refused = cli("export-incident", with_password, session, run_id, "j.hx")
+    one_error_line(refused, "has a password in it", "$PGPASSWORD or a .pgpass")
+    assert "hunter2" not in refused.err
     assert not Path("j.hx").exists()
 
 
