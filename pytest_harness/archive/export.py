@@ -33,7 +33,7 @@ from pytest_harness.archive.format import (
     dumps,
     outstanding,
 )
-from pytest_harness.errors import ArchiveError, HarnessError, StoreError
+from pytest_harness.errors import ArchiveError, HarnessError, RecordingError, StoreError
 from pytest_harness.redaction import redact as redact_credentials
 from pytest_harness.store.base import JournalEntry, RunRecord, Store
 from pytest_harness.tools.artifacts import ARTIFACT_URI
@@ -160,7 +160,7 @@ async def export_run(
     if dest.exists() or dest.is_symlink():
         raise FileExistsError(f"{dest} exists; export never overwrites a file")
     if not record.record:
-        raise HarnessError(
+        raise RecordingError(
             f"run {record.run_id} was not recorded, so it has no journal to export; start runs "
             "with state.record: true (or load(..., record=True))"
         )

@@ -169,7 +169,7 @@ async def test_an_unrecorded_run_has_no_journal_and_cannot_start_recording(app) 
         assert await harness.store.journal(waiting.run_id) == []
         with pytest.raises(ph.RecordingError, match="cannot be turned on"):
             await harness.resume(waiting.run_id, record=True)
-        with pytest.raises(ph.HarnessError, match="was not recorded"):
+        with pytest.raises(ph.RecordingError, match="was not recorded"):
             await harness.export(waiting.run_id, app.root / "x.hx")
         with pytest.raises(ph.RecordingError, match="was not recorded"):
             await harness.export(waiting.run_id, app.root / "x.yaml")
