@@ -129,9 +129,10 @@ async def export_incident(
     """Export run `run_id` of session `session_id` from `store` as a `.hx` archive at `dest`.
 
     Reads the store only: the run is not resumed and no spec is loaded. `HarnessError` when
-    the run is not in that session or was not recorded; `FileExistsError` for an existing
-    `dest`; `ArchiveError` for a limit the archive would exceed. Authorize the caller's access
-    to the session before exposing this: knowing the ids is not authentication.
+    the run is not in that session, `RecordingError` when it was not recorded;
+    `FileExistsError` for an existing `dest`; `ArchiveError` for a limit the archive would
+    exceed. Authorize the caller's access to the session before exposing this: knowing the
+    ids is not authentication.
     """
     record = await store.get_run(run_id)
     if record.session_id != session_id:
