@@ -6,6 +6,7 @@ from pytest_harness.testing import SyncHarness, assert_trace, call, say
 with SyncHarness.load("harness.yaml", env="offline") as harness:
     harness.harness.plans  # the async Harness underneath, if needed
     result = harness.run("orders", "Refund $250 on order A-1001.", principal="ann")
+    kinds = [event.kind for event in harness.stream(result.run_id)]  # a blocking iterator
 assert_trace(result, fired=["R1"], status="awaiting_approval")
 ```
 
@@ -15,10 +16,22 @@ this module is cheap: the runtime is imported when a harness is loaded.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import textwrap
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+import weakref
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -27,6 +40,7 @@ from pytest_harness.runtime.results import RunResult, RunStatus
 
 if TYPE_CHECKING:
     import asyncio
+    from datetime import datetime, timedelta
 
     from pytest_harness.archive.export import ExportPolicy
     from pytest_harness.principal import Principal
@@ -34,9 +48,10 @@ if TYPE_CHECKING:
     from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness, RunHandle
     from pytest_harness.runtime.results import RunSummary
-    from pytest_harness.store.base import Store
+    from pytest_harness.store.base import Event, RunRecord, Sample, Store
 
 __all__ = [
+    "BlockingIterator",
     "SyncHarness",
     "SyncRunHandle",
     "assert_trace",
@@ -49,14 +64,100 @@ __all__ = [
 
 T = TypeVar("T")
 ERROR_KINDS = ("rate_limit", "server", "timeout", "refusal")
+_UNSET: Any = object()
+"""`SyncHarness.resolve(result=…)` not given (`None` is a result)."""
 
 # -- a blocking Harness ------------------------------------------------------------------------
+
+
+class BlockingIterator(Iterator[T]):
+    """An async iterator of a `SyncHarness` (`stream()`, `events()`), iterated blocking.
+
+    Each `next()` runs one step of the async iterator on the facade's event loop, so submitted
+    runs advance while it waits. Stopping early closes the async iterator on that loop at
+    once: `close()`, a `with` block, or dropping the iterator (a `for` loop left with `break`
+    or an exception). The facade's `close()` closes the ones still open. After it ends,
+    fails or is closed, `next()` raises `StopIteration`, as a generator's does.
+    """
+
+    def __init__(self, source: AsyncIterator[T], facade: SyncHarness) -> None:
+        self._source: AsyncIterator[T] | None = source
+        self._facade = facade
+        facade._iterators.add(self)
+
+    def __iter__(self) -> BlockingIterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        source = self._source
+        if source is None:
+            raise StopIteration
+        self._facade._check_usable()
+        try:
+            return self._facade.wait(_next(source))
+        except StopAsyncIteration:
+            self._release()
+            raise StopIteration from None
+        except BaseException:
+            self.close()  # an async generator that raised is finished: this returns at once
+            raise
+
+    def close(self) -> None:
+        """Close the async iterator on the facade's loop (idempotent).
+
+        `RuntimeError` inside a running event loop, like every blocking call of the facade.
+        """
+        source = self._source
+        if source is None:
+            return
+        if self._facade._closed:  # its loop closed what was still open
+            self._release()
+            return
+        self._facade._check_usable()
+        self._release()
+        self._facade.wait(_aclose(source))
+
+    def _release(self) -> None:
+        self._source = None
+        self._facade._iterators.discard(self)
+
+    def __enter__(self) -> BlockingIterator[T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_source", None) is not None:
+            # Inside a running loop this cannot block: the loop's own finalizer of async
+            # generators closes the dropped one at the facade's next call or close.
+            with contextlib.suppress(Exception):
+                self.close()
+
+
+async def _next(source: AsyncIterator[T]) -> T:
+    return await anext(source)
+
+
+async def _aclose(source: AsyncIterator[Any]) -> None:
+    aclose: Callable[[], Awaitable[object]] | None = getattr(source, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 class SyncRunHandle:
     """A run started with `SyncHarness.submit()`: its ids now, its result when you block on it.
 
-    The run makes progress while its facade blocks (in `result()` or any other call).
+    The run makes progress while its facade blocks (in `result()`, `events()` or any other call).
     """
 
     def __init__(self, handle: RunHandle, facade: SyncHarness) -> None:
@@ -73,14 +174,23 @@ class SyncRunHandle:
         """Whether the run has stopped (ended or suspended)."""
         return self.handle.done()
 
+    def events(self, *, after: str = "0") -> BlockingIterator[Event]:
+        """The run's events after the cursor `after`, then live ones until it ends or waits.
+
+        `RunHandle.events()`, blocking: the same as `SyncHarness.stream(handle.run_id, ...)`.
+        """
+        return BlockingIterator(self.handle.events(after=after), self._facade)
+
 
 class SyncHarness:
     """A blocking facade over an async `Harness`: the same methods, each run to completion.
 
     It owns an event loop (`asyncio.Runner`), so it needs no event-loop plugin; it cannot be used
     inside a running loop (in an `async def` test, use the `Harness` itself). Close it with
-    `close()` or a `with` block. Methods of `Harness` not spelled out here are wrapped the same
-    way; its attributes (`spec`, `plans`, `store`) are passed through.
+    `close()` or a `with` block. `stream()` (and a handle's `events()`) return a
+    `BlockingIterator`. Methods of `Harness` not spelled out here are wrapped the same way (an
+    awaitable result is awaited, an async iterator becomes a `BlockingIterator`); its attributes
+    (`spec`, `plans`, `store`) are passed through.
     """
 
     def __init__(self, harness: Harness) -> None:
@@ -89,6 +199,7 @@ class SyncHarness:
         self.harness = harness
         self._runner: asyncio.Runner = asyncio.Runner()
         self._handles: list[SyncRunHandle] = []
+        self._iterators: weakref.WeakSet[BlockingIterator[Any]] = weakref.WeakSet()
         self._closed = False
 
     @classmethod
@@ -109,22 +220,39 @@ class SyncHarness:
 
     def wait(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on this facade's event loop and return its result."""
+        try:
+            self._check_usable()
+        except BaseException:
+            coro.close()
+            raise
+        return self._runner.run(coro)
+
+    def _check_usable(self) -> None:
+        """`HarnessError` when closed; `RuntimeError` inside a running event loop."""
         import asyncio
 
         if self._closed:
-            coro.close()
             from pytest_harness.errors import HarnessError
 
             raise HarnessError(f"this SyncHarness for {self.harness.spec.path} is closed")
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return self._runner.run(coro)
-        coro.close()
+            return
         raise RuntimeError(
             "SyncHarness blocks, so it cannot be called inside a running event loop; in an "
             "`async def` test use the `aharness` fixture (the async Harness) instead"
         )
+
+    def _blocking(self, value: Any) -> Any:
+        """`value` made blocking: awaited when awaitable, iterated blocking when async."""
+        if inspect.iscoroutine(value):
+            return self.wait(value)
+        if inspect.isawaitable(value):
+            return self.wait(_awaited(value))
+        if isinstance(value, AsyncIterator):
+            return BlockingIterator(value, self)
+        return value
 
     def wait_for_runs(self) -> None:
         """Block until every run started with `submit()` has stopped (errors are its own)."""
@@ -136,10 +264,15 @@ class SyncHarness:
                     continue
 
     def close(self) -> None:
-        """Let submitted runs stop, close the harness and the event loop (idempotent)."""
+        """Close open iterators, let submitted runs stop, close the harness and the event loop.
+
+        Idempotent.
+        """
         if self._closed:
             return
         try:
+            for iterator in list(self._iterators):
+                iterator.close()
             self.wait_for_runs()
             self.wait(self.harness.aclose())
         finally:
@@ -158,18 +291,18 @@ class SyncHarness:
         self.close()
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("harness", "_runner", "_handles", "_closed"):
+        if name in ("harness", "_runner", "_handles", "_iterators", "_closed"):
             raise AttributeError(name)
         attr = getattr(self.harness, name)
-        if inspect.iscoroutinefunction(attr):
+        if not inspect.ismethod(attr):
+            return attr
 
-            def blocking(*args: Any, **kwargs: Any) -> Any:
-                return self.wait(attr(*args, **kwargs))
+        def blocking(*args: Any, **kwargs: Any) -> Any:
+            return self._blocking(attr(*args, **kwargs))
 
-            blocking.__name__ = name
-            blocking.__doc__ = attr.__doc__
-            return blocking
-        return attr
+        blocking.__name__ = name
+        blocking.__doc__ = attr.__doc__
+        return blocking
 
     def __repr__(self) -> str:
         return f"SyncHarness({self.harness.spec.path})"
@@ -245,9 +378,62 @@ class SyncHarness:
             self.harness.approve(run_id, approval_id, decision, approver=approver, reason=reason)
         )
 
+    def resolve(
+        self,
+        run_id: str,
+        execution_key: str,
+        *,
+        result: Any = _UNSET,
+        retry: bool = False,
+        abort: bool = False,
+        resolver: Principal | str | None = None,
+    ) -> RunResult:
+        """Settle a tool call a crash left uncertain (one of `result=`, `retry`, `abort`)."""
+        given: dict[str, Any] = {} if result is _UNSET else {"result": result}
+        return self.wait(
+            self.harness.resolve(
+                run_id, execution_key, retry=retry, abort=abort, resolver=resolver, **given
+            )
+        )
+
+    def pause(self, run_id: str) -> RunResult:
+        """Ask the run to pause at its next boundary (at once when nobody drives it)."""
+        return self.wait(self.harness.pause(run_id))
+
+    def cancel(self, run_id: str) -> RunResult:
+        """Ask the run to stop for good at its next boundary (at once when nobody drives it)."""
+        return self.wait(self.harness.cancel(run_id))
+
     def resume(self, run_id: str, *, record: bool | None = None) -> RunResult:
         """Continue a suspended or interrupted run from its last checkpoint."""
         return self.wait(self.harness.resume(run_id, record=record))
+
+    def recover(self) -> list[RunResult]:
+        """Resume every interrupted run whose lease expired; the results of the runs driven."""
+        return self.wait(self.harness.recover())
+
+    def recover_next(
+        self,
+        *,
+        skip: Collection[str] = (),
+        on_claim: Callable[[RunRecord], None] | None = None,
+    ) -> RunResult | None:
+        """Claim one interrupted run (not in `skip`), drive it, and return its result."""
+        return self.wait(self.harness.recover_next(skip=skip, on_claim=on_claim))
+
+    def stop_driving(self) -> None:
+        """Make every run this harness drives stop at its next clean boundary."""
+        self.harness.stop_driving()
+
+    def stream(self, run_id: str, *, after: str = "0") -> BlockingIterator[Event]:
+        """The run's events after the cursor `after`, then live ones until it ends or waits.
+
+        `Harness.stream()`, blocking: `for event in harness.stream(run_id, after=cursor)`.
+        Each event is read on this facade's loop, so a submitted run advances while the loop
+        waits for its next event. `ValueError` at once for a malformed cursor; `UnknownRun` on
+        the first `next()` for no such run. Breaking out of the loop does not affect the run.
+        """
+        return BlockingIterator(self.harness.stream(run_id, after=after), self)
 
     def runs(
         self,
@@ -274,6 +460,25 @@ class SyncHarness:
     ) -> Path:
         """Write a recorded run as a `.hx` archive or a `.yaml` golden file, by suffix."""
         return self.wait(self.harness.export(run_id, dest, policy=policy))
+
+    def recording(self, run_id: str) -> Recording:
+        """The recording of a recorded run (`HarnessError` when it was not recorded)."""
+        return self.wait(self.harness.recording(run_id))
+
+    def flush_evals(self) -> None:
+        """Wait until the online eval grades of the runs ended so far are stored."""
+        self.wait(self.harness.flush_evals())
+
+    def samples(
+        self,
+        *,
+        task: str | None = None,
+        grader: str | None = None,
+        since: datetime | timedelta | float | None = None,
+        limit: int | None = 100,
+    ) -> list[Sample]:
+        """Online eval samples in the store, newest first."""
+        return self.wait(self.harness.samples(task=task, grader=grader, since=since, limit=limit))
 
 
 # -- script turns ------------------------------------------------------------------------------
