@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,8 @@ __all__ = [
     "check_records",
     "check_state",
     "decode_json",
+    "metadata_only",
+    "omitted_why",
 ]
 
 _ENDED = frozenset({"completed", "refused", "limited", "failed", "cancelled"})
@@ -381,6 +384,28 @@ def check_state(manifest: dict[str, Any], read: ArchiveRead) -> None:
         )
 
 
+def metadata_only(manifest: Mapping[str, Any]) -> bool:
+    """Whether the archive was exported without payloads (its manifest's policy says so)."""
+    policy = manifest.get("policy")
+    return not (isinstance(policy, Mapping) and policy.get("include_payloads") is True)
+
+
+def omitted_why(manifest: Mapping[str, Any]) -> str:
+    """Why an archive's payloads are omitted, from its manifest's policy.
+
+    Exported metadata-only (the default), or exported with payloads and omitted by the
+    policy's `redact` hook (it returned None for them).
+    """
+    if metadata_only(manifest):
+        return (
+            "omitted (exported metadata-only; export with include_payloads=True for a "
+            "complete archive)"
+        )
+    if manifest["policy"].get("redact"):
+        return "omitted by the export policy's redact hook (it returned None for them)"
+    return "omitted, though the export policy included payloads and had no redact hook"
+
+
 def check_complete(manifest: dict[str, Any], read: ArchiveRead) -> None:
     """Note what makes a valid archive incomplete (these issues never make it invalid)."""
     records = read.records
@@ -388,13 +413,12 @@ def check_complete(manifest: dict[str, Any], read: ArchiveRead) -> None:
         read.issue(
             "initial_record_missing", "the first record is not run.started", 1 if records else None
         )
-    omitted = sum(1 for r in records if r["omitted"])
+    omitted = [r["seq"] for r in records if r["omitted"]]
     if omitted:
-        read.issue(
-            "payloads_omitted",
-            f"{omitted} of {len(records)} payloads are omitted (exported metadata-only; export "
-            "with include_payloads=True for a complete archive)",
-        )
+        why, seq = omitted_why(manifest), None
+        if why != "metadata-only":
+            why, seq = f"{why} (first: record {omitted[0]})", omitted[0]
+        read.issue("payloads_omitted", f"{len(omitted)} of {len(records)} payloads are {why}", seq)
     redacted = [r["seq"] for r in records if r["redacted"] and not r["omitted"]]
     if redacted:
         read.issue(

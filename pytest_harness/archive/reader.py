@@ -31,6 +31,8 @@ from pytest_harness.archive.checks import (
     check_records,
     check_state,
     decode_json,
+    metadata_only,
+    omitted_why,
 )
 from pytest_harness.archive.format import ARTIFACT_MEMBER, MANIFEST, RECORDS, BundleLimits
 from pytest_harness.archive.report import Playback, VerificationReport
@@ -74,19 +76,27 @@ def playback(
 def replayable_records(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any], ...]:
     """The records of an archive exported with payloads, for `Recording.from_archive`.
 
-    `ArchiveError` when the file is missing, malformed, or was exported metadata-only.
+    `ArchiveError` when the file is missing, malformed, or was exported metadata-only, or
+    when the export policy's redact hook omitted any payload.
     """
     shown = os.fspath(path)
     if not Path(shown).is_file():
         raise ArchiveError(f"{shown}: file not found")
     read = playback(path)
-    if any(r.get("omitted") for r in read.records):
+    omitted = [r["seq"] for r in read.records if r.get("omitted")]
+    if omitted and metadata_only(read.manifest):
         raise ArchiveError(
             f"{shown} has no payloads to replay: it was exported metadata-only (the default). "
             "Export the run again with payloads: harness.export(run_id, 'incident.hx', "
             "policy=ExportPolicy(include_payloads=True)), or `pytest-harness export RUN_ID "
             "incident.hx --include-payloads` (`export-incident STORE SESSION_ID RUN_ID "
             "incident.hx --include-payloads` after a crash)"
+        )
+    if omitted:
+        raise ArchiveError(
+            f"{shown} cannot be replayed: {len(omitted)} of its {len(read.records)} payloads "
+            f"are {omitted_why(read.manifest)} (first: record {omitted[0]}); a replay needs "
+            "every payload: export the run again with a redact hook that keeps them"
         )
     return read.records
 

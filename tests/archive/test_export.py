@@ -101,6 +101,41 @@ def test_the_redact_callback_runs_on_a_copy_then_credentials(app, tmp_path: Path
     }
 
 
+def test_payloads_a_redact_hook_omitted_are_not_called_metadata_only(
+    app, archives, tmp_path: Path
+) -> None:
+    """The manifest's policy tells why payloads are missing: exported metadata-only, or
+    exported with payloads and omitted by the redact hook (whose advice is not
+    include_payloads)."""
+
+    def drop_start(kind: str, payload: dict) -> dict | None:
+        return None if kind == "run.started" else payload
+
+    async def go() -> Path:
+        async with ph.load(app.spec) as harness:
+            policy = ph.ExportPolicy(include_payloads=True, redact=drop_start)
+            return await harness.export(str(archives["run_id"]), tmp_path / "r.hx", policy=policy)
+
+    path = asyncio.run(go())
+    total = len(records(path))
+    report = ph.verify_archive(path)
+    assert report.valid and not report.complete
+    (issue,) = [i for i in report.issues if i.code == "payloads_omitted"]
+    assert issue.message.startswith(f"1 of {total} payloads are omitted by the export policy's")
+    assert "redact hook" in issue.message and issue.seq == 1
+    assert "metadata-only" not in issue.message and "include_payloads" not in issue.message
+    with pytest.raises(ph.ArchiveError, match="redact hook") as raised:
+        ph.Recording.load(path)
+    assert "metadata-only" not in str(raised.value)
+
+    (meta,) = [i for i in ph.verify_archive(archives["meta"]).issues]
+    assert meta.code == "payloads_omitted"
+    assert meta.message.startswith(
+        f"{total} of {total} payloads are omitted (exported metadata-only"
+    )
+    assert "include_payloads=True" in meta.message and "redact" not in meta.message
+
+
 def test_the_file_is_private_and_never_overwritten(app, archives) -> None:
     full = archives["full"]
     assert stat.S_IMODE(full.stat().st_mode) == 0o600
