@@ -275,6 +275,23 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Mark a test whose setup or call failed or skipped.
+
+    Its fixtures' teardown stops the runs it submitted instead of waiting for them (they may
+    never end), and its golden files are kept as they are.
+    """
+    report = yield
+    if report.when != "teardown" and not report.passed:
+        runs = item.stash.get(RUNS, None)
+        if runs is not None:
+            runs.failed = True
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """Switch live calls per `@pytest.mark.harness(allow_live=...)`; check golden files.
 

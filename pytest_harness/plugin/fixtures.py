@@ -355,7 +355,9 @@ class TestRuns:
         """Collect an async harness's runs (when golden runs are tracked), then close it."""
         try:
             entry = next(e for e in self._entries if e.harness is harness)
-            if self._counting and not self.failed:
+            if self.failed:  # its submitted runs are not waited for: they may never end
+                await harness._stop_submitted()
+            elif self._counting:
                 entry.runs = await _recordings(harness, recorded=self._writing(entry))
         finally:
             await harness.aclose()
@@ -368,7 +370,9 @@ class TestRuns:
                 if facade is None:
                     continue
                 try:
-                    if self._counting and not self.failed:
+                    if self.failed:  # its submitted runs are not waited for: they may never end
+                        facade.wait(entry.harness._stop_submitted())
+                    elif self._counting:
                         facade.wait_for_runs()
                         runs = _recordings(entry.harness, recorded=self._writing(entry))
                         entry.runs = facade.wait(runs)

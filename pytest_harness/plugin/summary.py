@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,14 +27,13 @@ from pytest_harness.plugin.settings import (
     FAIL_ON_KINDS,
     RECORDINGS_PROPERTY,
     REPLAY_PROPERTY,
-    RUNS,
     UNGATED_PROPERTY,
     RecordMode,
     Settings,
 )
 
 if TYPE_CHECKING:
-    from pytest_harness.plugin.fixtures import TestRuns
+    pass
 
 __all__ = ["GoldenTracker", "Ledger", "register"]
 
@@ -65,18 +64,6 @@ class GoldenTracker:
         self.settings = settings
         self.ledger = ledger
         self.partial: set[str] = set()
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        """A test whose setup or call failed or skipped keeps its golden files as they are."""
-        report = yield
-        if report.when != "teardown" and not report.passed:
-            runs: TestRuns | None = item.stash.get(RUNS, None)
-            if runs is not None:
-                runs.failed = True
-        return report
 
     def pytest_deselected(self, items: Iterable[pytest.Item]) -> None:
         """A module with a deselected test did not run in full."""

@@ -136,14 +136,22 @@ class HarnessBase:
                 await self.evals.flush()
         finally:
             try:
-                stopping = [job for job in self._background if not job.done()]
-                for job in stopping:
-                    job.cancel()
-                if stopping:  # each releases its lease as it unwinds
-                    await asyncio.wait(stopping)
+                await self._stop_submitted()
             finally:
                 if self._opened:
                     await self.store.close()
+
+    async def _stop_submitted(self) -> None:
+        """Cancel the submitted runs still driving, and wait for them to unwind.
+
+        Each releases its lease as it unwinds and stays `running` from its last commit, for
+        `resume` or a worker (the pytest fixtures do this for a test that failed).
+        """
+        stopping = [job for job in self._background if not job.done()]
+        for job in stopping:
+            job.cancel()
+        if stopping:
+            await asyncio.wait(stopping)
 
     def __del__(self) -> None:
         if self._opened and not self._closed:

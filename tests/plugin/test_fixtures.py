@@ -332,3 +332,42 @@ def test_sync_harness_inside_a_loop_says_what_to_use(project: Project) -> None:
         asyncio.run(inside())
     harness.close()
     harness.close()  # idempotent
+
+
+def test_a_failed_tests_teardown_stops_its_submitted_runs(project: Project) -> None:
+    """The runs a failed test submitted are cancelled at teardown, not waited for: a run
+    that never ends (a hung tool) would hold the session until pytest-timeout killed it."""
+    (project.path / "hangtools.py").write_text(
+        "import asyncio\n\n\nasync def hang(x: str) -> str:\n"
+        '    """Never returns."""\n    await asyncio.Event().wait()\n    return x\n'
+    )
+    project.change_spec("tools:\n", 'tools:\n  hang: {call: "hangtools:hang"}\n')
+    project.change_spec("delete_account]", "delete_account, hang]")
+    project.change_spec(
+        '        - input: "Card*"',
+        '        - input: "Hang*"\n          turns:\n            - {call: hang, args: {x: y}}\n'
+        '        - input: "Card*"',
+    )
+    project.tests(
+        """
+        import pytest
+
+        def test_sync(harness):
+            harness.submit("orders", "Hang on", principal="ann")
+            assert False, "failed while its run hangs"
+
+        @pytest.mark.harness(store="sqlite")
+        def test_sync_sqlite(harness):
+            handle = harness.submit("orders", "Hang on", principal="ann")
+            assert not handle.done()
+            pytest.skip("skipped while its run hangs")
+
+        @pytest.mark.asyncio
+        async def test_async(aharness):
+            await aharness.submit("orders", "Hang on", principal="ann")
+            assert False, "failed while its run hangs"
+        """
+    )
+    result = project.run("--timeout=60")
+    result.assert_outcomes(failed=2, skipped=1)
+    assert "Timeout" not in result.stdout.str()
