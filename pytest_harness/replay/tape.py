@@ -32,7 +32,11 @@ from pytest_harness.recording.model import ApprovalDecision, Recording
 from pytest_harness.redaction import redact
 from pytest_harness.runtime.driver_base import _Deadline
 from pytest_harness.runtime.plan import PlanTool
-from pytest_harness.runtime.retrying import first_event_prefix, timeout_message
+from pytest_harness.runtime.retrying import (
+    first_event_message,
+    first_event_prefix,
+    timeout_message,
+)
 from pytest_harness.tools.context import ToolContext
 from pytest_harness.tools.registry import ToolOutcome, timeout_text
 
@@ -151,7 +155,7 @@ class Tape:
         return recorded_answer(turn.answer, request)
 
     def _check_timeout(self, index: int, answer: Mapping[str, Any], model: str) -> None:
-        """Diverge at a call the model's own `timeout` stopped when that timeout is not today's.
+        """Diverge at a call its model's `timeout` or `first_event_timeout` cut, not today's.
 
         The recording has no answer the call would have got with more time: whether a run
         today gets one, and which, it cannot say. A provider's own timeout errors (another
@@ -185,7 +189,7 @@ class Tape:
             return
         today = self.first_event_timeouts[model]
         if today is not None:
-            ours = f"{prefix}{today:g}s"
+            ours = first_event_message(model, today, 0.0)  # without an earlier attempt's wait
             if message == ours or message.startswith(f"{ours}, "):
                 return
         raise ReplayDiverged(
