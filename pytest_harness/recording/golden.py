@@ -189,6 +189,14 @@ class _Answer(BaseModel):
     """The run's deadline passed during the call: it got no answer, and the run ended there."""
 
 
+class _Model(_Strict):
+    """A model's declaration as `runtime.journal.model_identity` keeps it."""
+
+    use: str
+    model: str | None = None
+    options: dict[str, Any] | None = None
+
+
 class _Turn(_Strict):
     model: str
     request: _Request
@@ -253,6 +261,7 @@ class _File(_Strict):
     history: list[dict[str, Any]] = []
     system: str | None = None
     tool_schemas: list[dict[str, Any]] | None = None
+    models: dict[str, _Model] | None = None
     model_turns: list[_Turn] = []
     tool_results: list[_Tool] = []
     approvals: list[_Approval] = []
@@ -291,6 +300,11 @@ def recording_fields(path: Path) -> dict[str, Any]:
         history=tuple(parsed.history),
         system=parsed.system,
         tool_schemas=None if parsed.tool_schemas is None else tuple(parsed.tool_schemas),
+        models=(
+            None
+            if parsed.models is None
+            else {name: _given(model) for name, model in parsed.models.items()}
+        ),
         model_turns=tuple(_turn(t) for t in parsed.model_turns),
         tool_results=tuple(
             ToolResult(name=t.name, args=t.args, outcome=_given(t.outcome))

@@ -76,6 +76,9 @@ class Recording:
     """The system prompt of its model requests, kept once (None: not recorded, as in `@1`)."""
     tool_schemas: tuple[Mapping[str, Any], ...] | None = None
     """The tool schemas its model requests offered, kept once (None: not recorded)."""
+    models: Mapping[str, Mapping[str, Any]] | None = None
+    """The spec's declaration of each model its task may ask (`use`, `model`, `options`), by
+    name (None: recorded before they were kept, and not compared)."""
     model_turns: tuple[ModelTurn, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     approvals: tuple[ApprovalDecision, ...] = ()
@@ -233,6 +236,7 @@ class Recording:
             tool_schemas=(
                 None if started.get("tool_schemas") is None else tuple(started["tool_schemas"])
             ),
+            models=None if started.get("models") is None else dict(started["models"]),
             model_turns=tuple(turns),
             tool_results=tuple(tools),
             approvals=tuple(approvals),
@@ -317,6 +321,7 @@ class Recording:
             tool_schemas=(
                 None if self.tool_schemas is None else tuple(redact_schema(list(self.tool_schemas)))
             ),
+            models=None if self.models is None else redact(dict(self.models)),
             model_turns=tuple(
                 replace(
                     t,
@@ -365,6 +370,7 @@ class Recording:
             "tool_schemas": None
             if self.tool_schemas is None
             else [dict(t) for t in self.tool_schemas],
+            **({} if self.models is None else {"models": _models(self.models)}),
             "model_turns": [
                 {
                     "model": t.model,
@@ -428,6 +434,10 @@ def _control(final: Mapping[str, Any], stopped: Mapping[str, Any] | None) -> dic
     if stopped is not None and len(stopped.get("trace") or ()) == len(trace):
         return {"action": action, "status": str(stopped["status"]), "step": steps}
     return {"action": action, "status": "running", "step": steps}
+
+
+def _models(models: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: dict(model) for name, model in models.items()}
 
 
 def _kind(decision: Any) -> Any:

@@ -6,11 +6,17 @@ line changed` (with a unified diff of the prompt), `tool schemas: refund` (the t
 schema changed, appeared or went), `messages: from request 2` (the conversation differs from
 that request on, e.g. after a changed tool result). A turn migrated from a `@1` file has only
 the whole request's digest: it is compared whole, and the report says the parts are unknown.
+
+The recording also keeps the spec's declaration of each model (`use`, `model`, `options`), so
+a request asked of a model the spec has since swapped, or whose options changed, counts as
+changed too: `model default: openai gpt-4.1-mini → openai gpt-4o`. A recording made before
+declarations were kept is compared without them.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,23 +48,29 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
     parts: set[str] = set()
     first_messages: int | None = None
     whole_only = False
+    swapped: dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
     for index, turn in enumerate(after):
         if index >= len(before):
             changed += 1
             continue
         old = before[index]
+        model = _model_change(recording, old.model, replayed, turn.model)
+        if model is not None:
+            swapped.setdefault(turn.model, model)
         if old.parts is not None and turn.parts is not None:
             differ = {p for p in REQUEST_PARTS if old.parts.get(p) != turn.parts.get(p)}
-            if differ:
+            if differ or model is not None:
                 changed += 1
                 parts |= differ
                 if "messages" in differ and first_messages is None:
                     first_messages = index + 1
-        elif old.digest != turn.digest:
+        elif old.digest != turn.digest or model is not None:
             changed += 1
-            whole_only = True
+            whole_only = whole_only or old.digest != turn.digest
     changed += max(0, asked - len(after))
-    explained: list[str] = []
+    explained: list[str] = [
+        f"model {name}: {_declared(was, now)}" for name, (was, now) in swapped.items()
+    ]
     prompt_diff: tuple[str, ...] = ()
     if "system" in parts:
         if recording.system is not None and replayed.system is not None:
@@ -76,6 +88,47 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
     if whole_only:
         explained.append("which part is unknown: the recording (format @1) keeps whole digests")
     return RequestChanges(changed=changed, explained=tuple(explained), prompt_diff=prompt_diff)
+
+
+def _model_change(
+    recording: Recording, recorded: str, replayed: Recording, asked: str
+) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+    """The recorded and today's declaration of a turn's model, when they differ."""
+    if recording.models is None or replayed.models is None:
+        return None
+    was, now = recording.models.get(recorded), replayed.models.get(asked)
+    if was is None or now is None:
+        return None if was is now else ({} if was is None else was, {} if now is None else now)
+    if _identity(was) == _identity(now):
+        return None
+    return was, now
+
+
+def _identity(model: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """A declaration as compared: `use`, `model` and its redacted `options` (as kept)."""
+    return model.get("use"), model.get("model"), redact(dict(model.get("options") or {}))
+
+
+def _declared(was: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """`openai gpt-4.1-mini → openai gpt-4o`, or the options that changed, redacted."""
+    (use, name, options), (use_now, name_now, options_now) = _identity(was), _identity(now)
+    if (use, name) != (use_now, name_now):
+        return f"{_named(use, name)} → {_named(use_now, name_now)}"
+    keys = [k for k in {**options, **options_now} if options.get(k) != options_now.get(k)]
+    shown = ", ".join(
+        f"{k} {_option(options, k)} → {_option(options_now, k)}" for k in sorted(keys)
+    )
+    return f"options {shown}"
+
+
+def _named(use: Any, name: Any) -> str:
+    return f"{use} {name}" if name is not None else f"{use}" if use is not None else "(none)"
+
+
+def _option(options: Mapping[str, Any], key: str) -> str:
+    if key not in options:
+        return "(unset)"
+    return json.dumps(options[key], ensure_ascii=False, sort_keys=True, default=str)
 
 
 def _lines_changed(before: str, after: str) -> int:

@@ -216,6 +216,80 @@ async def test_a_changed_prompt_is_explained_with_a_diff(app, tmp_path) -> None:
     assert report.to_dict()["model_requests_changed"]["parts"] == ["system prompt: 1 line changed"]
 
 
+SCRIPTED = "    use: scripted\n"
+
+
+def declared(extra: str) -> tuple[str, str]:
+    """A spec edit adding `extra` lines to the default model's declaration."""
+    return SCRIPTED, SCRIPTED + "".join(f"    {line}\n" for line in extra.splitlines())
+
+
+async def test_golden_files_keep_each_models_declaration(app, tmp_path) -> None:
+    write(app, spec_edit=declared("model: m-1\noptions: {temperature: 0}"))
+    golden = await record(app, tmp_path)
+    data = yaml.safe_load(golden.read_text())
+    assert data["models"] == {
+        "default": {"use": "scripted", "model": "m-1", "options": {"temperature": 0}}
+    }
+    assert list(data).index("models") == list(data).index("tool_schemas") + 1
+    assert Recording.load(golden).models == data["models"]
+
+
+async def test_a_swapped_model_is_request_drift_naming_both(app, tmp_path) -> None:
+    write(app, spec_edit=declared("model: m-1"))
+    golden = await record(app, tmp_path)
+    write(app, spec_edit=declared("model: m-2"))
+    report = await replay(app, golden)
+    assert report.same and not report.failed() and report.failed({"requests"})
+    assert report.model_requests_changed == (3, 3)
+    assert report.requests_explained == ("model default: scripted m-1 → scripted m-2",)
+    rendered = report.render()
+    assert "model requests changed: 3 of 3 (model default: scripted m-1 → scripted m-2)" in (
+        rendered
+    )
+    write(app, spec_edit=declared("model: m-1"))  # back as recorded: nothing changed
+    assert (await replay(app, golden)).model_requests_changed == (0, 3)
+
+
+async def test_changed_model_options_are_request_drift_naming_them(app, tmp_path) -> None:
+    write(app, spec_edit=declared("options: {temperature: 0, top_p: 1}"))
+    golden = await record(app, tmp_path)
+    write(app, spec_edit=declared("options: {temperature: 0.7, seed: 7, top_p: 1}"))
+    report = await replay(app, golden)
+    assert report.same and report.failed({"requests"})
+    assert report.requests_explained == (
+        "model default: options seed (unset) → 7, temperature 0 → 0.7",
+    )
+    write(app)  # no options at all
+    report = await replay(app, golden)
+    assert report.requests_explained == (
+        "model default: options temperature 0 → (unset), top_p 1 → (unset)",
+    )
+
+
+async def test_a_golden_without_declarations_is_compared_without_them(app, tmp_path) -> None:
+    """Files recorded before declarations were kept: a swapped model is not seen (documented)."""
+    write(app, spec_edit=declared("model: m-1"))
+    golden = await record(app, tmp_path)
+    data = yaml.safe_load(golden.read_text())
+    del data["models"]
+    golden.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert Recording.load(golden).models is None
+    write(app, spec_edit=declared("model: m-2"))
+    report = await replay(app, golden)
+    assert report.model_requests_changed == (0, 3) and not report.failed({"requests"})
+
+
+async def test_a_secret_in_model_options_is_redacted_and_compares_equal(app, tmp_path) -> None:
+    secret = "sk-proj-" + "a1B2" * 12
+    write(app, spec_edit=declared(f"options: {{user: {secret}}}"))
+    golden = await record(app, tmp_path)
+    text = golden.read_text()
+    assert secret not in text and "[REDACTED]" in text
+    report = await replay(app, golden)
+    assert report.model_requests_changed == (0, 3)
+
+
 # -- format @1 -------------------------------------------------------------------------------
 
 
