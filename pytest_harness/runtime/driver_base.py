@@ -230,6 +230,10 @@ class DriverBase:
         ended: dict[str, Any] = {"status": status.value}
         if error is not None:  # what failed the run is part of how it ended (not the message)
             ended["error"] = error.get("type")
+            if status is RunStatus.REFUSED:
+                # except a refusal's: what the caller is told, the blocking guard's `message`
+                # (or its default wording), spec text with nothing volatile in it
+                ended["message"] = error.get("message")
         self._decision(step, "output", "output", ended)
         events = []
         if status is RunStatus.COMPLETED:

@@ -361,6 +361,11 @@ MUTATIONS = [
         flags=frozenset({"injection"}),
     ),
     Mutation(
+        "blocking guard's message given (injection)",
+        spec=edit("    action: block", "    action: block\n    message: Nice try."),
+        flags=frozenset({"injection"}),
+    ),
+    Mutation(
         "approver role changed (supervisor → finance)",
         spec=edit("approvers: [supervisor]", "approvers: [finance]"),
         flags=frozenset({"big_credit", "huge_credit"}),
@@ -443,6 +448,20 @@ def test_a_prompt_change_is_request_drift_counted_and_failing_only_on_requests(
         assert changed == total > 0
         assert report.requests_explained == ("system prompt: 1 line changed",)
         assert "    +Always look orders up first." in report.render()
+
+
+def test_a_deny_message_is_request_drift_it_is_what_the_model_is_told(
+    goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    outcome = replay_mutant(
+        tmp_path / "mutant", goldens, SPEC.replace("privacy team.", "support team."), TOOLS
+    )
+    assert outcome.flagged() == set()  # same under the default gate, like a prompt change
+    assert outcome.flagged(frozenset({"status", "output", "decisions", "requests"})) == {
+        "delete_account"
+    }
+    report = outcome.reports["delete_account"]
+    assert report.requests_explained == ("messages: from request 2",)
 
 
 def test_a_safe_tool_change_is_not_seen_without_tools_safe(
