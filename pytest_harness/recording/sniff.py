@@ -15,11 +15,13 @@ from pathlib import Path
 
 import yaml
 
+from pytest_harness.errors import SpecError
 from pytest_harness.models.script_turns import TURN_KEYS
+from pytest_harness.spec.yamlio import read_text
 
 __all__ = ["not_a_recording"]
 
-_MARK = b"pytest-harness/recording@"
+_MARK = "pytest-harness/recording@"
 _RECORDING_KEYS = frozenset(
     {"format", "task", "input", "principal", "model_turns", "tool_results", "outcome", "trace"}
 )
@@ -38,16 +40,15 @@ def not_a_recording(path: Path) -> str | None:
     """
     if path.suffix not in (".yaml", ".yml"):
         return None
-    try:
-        with path.open("rb") as stream:
-            data = stream.read(_LIMIT + 1)
-    except OSError:
+    try:  # what cannot be read as a YAML file (too big, not UTF-8, not a file) stays a recording
+        text = read_text(path, file=str(path), max_bytes=_LIMIT)
+    except SpecError:
         return None
-    if len(data) > _LIMIT or _MARK in data:
+    if _MARK in text:
         return None
     try:
-        document = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError, ValueError):
+        document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (yaml.YAMLError, RecursionError, ValueError):
         return None
     if type(document) is dict:
         keys = {k for k in document if type(k) is str}
