@@ -99,7 +99,7 @@ def _model_change(
     was, now = recording.models.get(recorded), replayed.models.get(asked)
     if was is None or now is None:
         return None if was is now else ({} if was is None else was, {} if now is None else now)
-    if _identity(was) == _identity(now):
+    if was == now or _identity(was) == _identity(now):
         return None
     return was, now
 
