@@ -3,7 +3,7 @@
 A checker is built once per guard when the harness loads (bad parameters are `SpecError`s at the
 guard's line) and then called with a text and its context. `apply_guards` runs a chain: each
 guard sees the text as the guards before it left it; `redact` rewrites it, `warn` only records,
-`block` stops the chain.
+`block` stops the chain. A `redact` decision keeps a digest of the text it left (`left`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pytest_harness.cel import CelError
+from pytest_harness.models.base import content_digest
 from pytest_harness.runtime.trace import Decision
 from pytest_harness.spec.schema import GuardAction, GuardSpec
 from pytest_harness.spec.spec import KeyPath, Spec
@@ -109,13 +110,27 @@ def apply_guards(
             detail["tool"] = context.tool
         if hit.reason:
             detail["reason"] = hit.reason
+        if guard.action is GuardAction.REDACT:
+            text = hit.redacted
+            # what it let through is part of what it did: a redaction that hides more or less
+            # of an input or a tool result changes what the model is shown, not only requests
+            detail["left"] = _left_digest(text)
         decisions.append(Decision(step, "guard", guard.id, detail))
         if guard.action is GuardAction.BLOCK:
             reason = guard.message or f"guard {guard.id} blocked the {context.on.replace('_', ' ')}"
             return GuardOutcome(text, tuple(decisions), guard, reason)
-        if guard.action is GuardAction.REDACT:
-            text = hit.redacted
     return GuardOutcome(text, tuple(decisions))
+
+
+def _left_digest(text: str) -> str:
+    """`sha256:` of the text a `redact` guard left, as recordings compare it.
+
+    Credentials redacted and generated ids made stable, as in a golden file, so the replay of
+    one finds the same digest; the text itself is not kept (it may be a whole tool result).
+    """
+    from pytest_harness.redaction import comparable  # deferred, as for a recorded run
+
+    return content_digest(comparable(text))
 
 
 def build_checker(check: str, guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
