@@ -1,7 +1,9 @@
 """The mutation corpus, continued: the credit desk with more of the spec in play.
 
 The desk of `test_mutation_corpus` grows what its spec there does not exercise: `redact`
-guards on the input and on tool results (one a callable of the tools module). Its runs are
+guards on the input and on tool results (one a callable of the tools module), a `cel` guard,
+two guards that block the same input, a rule reading a task label, a model retry, a second
+fallback and an answer cut at its token limit (`on_truncation: continue`). Its runs are
 recorded once; each mutation is replayed against them with the default fail-on set, and
 must flag exactly the recordings whose runs it changes, as in the first corpus.
 """
@@ -44,31 +46,87 @@ def mask_cards(text, context):
 '''
 )
 
-MORE_SPEC = edit(
-    "  - id: injection\n",
-    "  - id: mask-cards\n"
-    "    on: tool_result\n"
-    "    check: MOD:mask_cards\n"
-    "    action: redact\n"
-    "  - id: hush-words\n"
+EVERYTHING = (
+    "  - id: everything\n"
     "    on: input\n"
     "    check: contains\n"
-    "    text: hush\n"
-    "    ignore_case: true\n"
-    "    action: redact\n"
-    "  - id: injection\n",
-)(SPEC)
+    "    text: credit everything\n"
+    "    message: Not everything.\n"
+)
+INJECTION = SPEC[SPEC.index("  - id: injection\n") : SPEC.index("\ntasks:")]
 
-MORE_SCRIPT = (
-    DEFAULT_SCRIPT
-    + """\
+MORE_SPEC = SPEC
+for old, new in [
+    ("    retries: 0\n", "    retries: 1\n    on_truncation: continue\n"),
+    ("    fallback: [backup]\n", "    fallback: [backup, backup2]\n"),
+    (
+        "  backup:\n",
+        "  backup2:\n    use: scripted\n    script: scripts/backup.yaml\n  backup:\n",
+    ),
+    (
+        "  - id: no-account-deletion\n",
+        "  - id: desk-keeps-wontfix\n"
+        '    when: tool == "close_ticket" && labels.team == "desk" && '
+        'args.resolution == "wontfix"\n'
+        "    then: deny\n"
+        "  - id: no-account-deletion\n",
+    ),
+    (
+        "  - id: injection\n",
+        "  - id: mask-cards\n"
+        "    on: tool_result\n"
+        "    check: MOD:mask_cards\n"
+        "    action: redact\n"
+        "  - id: hush-words\n"
+        "    on: input\n"
+        "    check: contains\n"
+        "    text: hush\n"
+        "    ignore_case: true\n"
+        "    action: redact\n"
+        "  - id: urgent\n"
+        "    on: input\n"
+        "    check: cel\n"
+        '    when: text.startsWith("Urgent")\n'
+        "    action: warn\n" + EVERYTHING + "  - id: injection\n",
+    ),
+    ("    budget: {steps", "    labels: {team: desk}\n    budget: {steps"),
+]:
+    MORE_SPEC = edit(old, new)(MORE_SPEC)
+
+MORE_SCRIPT = edit(  # the fallback run: its retry fails too
+    '  - input: "Fallback*"\n    turns:\n      - {error: server}\n',
+    '  - input: "Fallback*"\n    turns:\n      - {error: server}\n      - {error: server}\n',
+)(DEFAULT_SCRIPT) + (
+    """\
   - input: "Whisper*"
     turns:
       - {say: "Kept."}
+  - input: "Retry*"
+    turns:
+      - {error: server}
+      - {say: "Answered after a retry."}
+  - input: "Long*"
+    turns:
+      - {say: "Part one", incomplete: max_tokens}
+      - {say: " and part two."}
+  - input: "Urgent*"
+    turns:
+      - {say: "On it."}
+  - input: "Shut*"
+    turns:
+      - {call: close_ticket, args: {ticket_id: T-2, resolution: wontfix}}
+      - {say: "T-2 stays open."}
 """
 )
 
-MORE_RUNS = {**RUNS, "hush": "Whisper: HUSH is the word."}
+MORE_RUNS = {
+    **RUNS,
+    "hush": "Whisper: HUSH is the word.",
+    "retry": "Retry, please.",
+    "long": "Long answer, please.",
+    "urgent": "Urgent: the desk is on fire.",
+    "wontfix": "Shut T-2 as wontfix.",
+}
 
 
 def make_more_app(root: Path, spec: str = MORE_SPEC, tools: str = MORE_TOOLS) -> App:
@@ -141,6 +199,41 @@ MUTATIONS = [
             "    check: MOD:mask_cards\n", "    check: MOD:mask_cards\n    tools: [close_ticket]\n"
         ),
         flags=frozenset({"small_credit", "card_number"}),
+    ),
+    Mutation(
+        "retries lowered (default 1 → 0) under a recorded retry",
+        spec=edit("    retries: 1\n", "    retries: 0\n"),
+        flags=frozenset({"retry", "fallback"}),
+    ),
+    Mutation(
+        "fallback order swapped (backup2 first)",
+        spec=edit("fallback: [backup, backup2]", "fallback: [backup2, backup]"),
+        flags=frozenset({"fallback"}),
+    ),
+    Mutation(
+        "on_truncation continue → accept",
+        spec=edit("on_truncation: continue", "on_truncation: accept"),
+        flags=frozenset({"long"}),
+    ),
+    Mutation(
+        "on_truncation continue → fail",
+        spec=edit("on_truncation: continue", "on_truncation: fail"),
+        flags=frozenset({"long"}),
+    ),
+    Mutation(
+        "a cel guard's when changed (urgent)",
+        spec=edit('text.startsWith("Urgent")', 'text.startsWith("URGENT")'),
+        flags=frozenset({"urgent"}),
+    ),
+    Mutation(
+        "two blocking guards swapped (injection before everything)",
+        spec=lambda text: edit(INJECTION, INJECTION + EVERYTHING)(edit(EVERYTHING, "")(text)),
+        flags=frozenset({"injection"}),
+    ),
+    Mutation(
+        "a task label a rule reads changed (team desk → ops)",
+        spec=edit("labels: {team: desk}", "labels: {team: ops}"),
+        flags=frozenset({"wontfix"}),
     ),
 ]
 
