@@ -873,8 +873,8 @@ def durable_ratios(rows: dict[str, Row], out: dict[str, list[Ratio]]) -> None:
 
 
 def aim_ratio(text: str, aim: str, value: float, target: float, higher: bool) -> Ratio:
-    """A ratio with its aim and whether it is met; `text` shows two decimals where an aim
-    applies, so a ratio just past its aim (2.05 against 2) never reads as the aim itself."""
+    """A figure with its aim and whether it is met. Ratios with an aim are shown with two
+    decimals, so one just past its aim (2.05 against 2) never reads as the aim itself."""
     ok = value >= target if higher else value <= target
     return Ratio(text, aim, ok)
 

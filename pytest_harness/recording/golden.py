@@ -190,9 +190,9 @@ class _Answer(BaseModel):
 
 
 class _Model(_Strict):
-    """A model's declaration as `runtime.journal.model_identity` keeps it."""
+    """A model's declaration as `runtime.declared` keeps it (what an environment sets left out)."""
 
-    use: str
+    use: str | None = None
     model: str | None = None
     options: dict[str, Any] | None = None
 

@@ -20,6 +20,7 @@ from typing import Any
 from pytest_harness.errors import HarnessError, RecordingError
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.redaction import redact, redact_schema, stable_ids
+from pytest_harness.runtime.declared import DECLARED
 from pytest_harness.runtime.trace import Decision, Trace
 from pytest_harness.store.base import JournalEntry, RunRecord, Store
 
@@ -77,8 +78,9 @@ class Recording:
     tool_schemas: tuple[Mapping[str, Any], ...] | None = None
     """The tool schemas its model requests offered, kept once (None: not recorded)."""
     models: Mapping[str, Mapping[str, Any]] | None = None
-    """The spec's declaration of each model its task may ask (`use`, `model`, `options`), by
-    name (None: recorded before they were kept, and not compared)."""
+    """The spec's declaration of each model its task may ask (`use`, `model`, `options`, less
+    what the run's environment set; `runtime.declared`), by name (None: recorded before they
+    were kept, and not compared)."""
     model_turns: tuple[ModelTurn, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     approvals: tuple[ApprovalDecision, ...] = ()
@@ -321,7 +323,7 @@ class Recording:
             tool_schemas=(
                 None if self.tool_schemas is None else tuple(redact_schema(list(self.tool_schemas)))
             ),
-            models=None if self.models is None else redact(dict(self.models)),
+            models=None if self.models is None else _redacted_models(self.models),
             model_turns=tuple(
                 replace(
                     t,
@@ -437,7 +439,19 @@ def _control(final: Mapping[str, Any], stopped: Mapping[str, Any] | None) -> dic
 
 
 def _models(models: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: dict(model) for name, model in models.items()}
+    """The declarations as a golden file writes them, each one's keys in `DECLARED` order.
+
+    Whatever order they were read in: a Temporal run's journal comes back with its keys sorted.
+    """
+    return {
+        name: {key: model[key] for key in DECLARED if key in model}
+        for name, model in models.items()
+    }
+
+
+def _redacted_models(models: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Each declaration redacted, the models' names kept (a model may be named `token`)."""
+    return {name: redact(dict(model)) for name, model in models.items()}
 
 
 def _kind(decision: Any) -> Any:

@@ -7,10 +7,10 @@ schema changed, appeared or went), `messages: from request 2` (the conversation 
 that request on, e.g. after a changed tool result). A turn migrated from a `@1` file has only
 the whole request's digest: it is compared whole, and the report says the parts are unknown.
 
-The recording also keeps the spec's declaration of each model (`use`, `model`, `options`), so
-a request asked of a model the spec has since swapped, or whose options changed, counts as
-changed too: `model default: openai gpt-4.1-mini → openai gpt-4o`. A recording made before
-declarations were kept is compared without them.
+The recording also keeps the spec's declaration of each model (`use`, `model`, `options`, less
+what its environment set), so a request asked of a model the spec has since swapped, or whose
+options changed, counts as changed too: `model default: gpt-4.1-mini → gpt-4o`. A recording
+made before declarations were kept is compared without them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 from pytest_harness.recording.model import REQUEST_PARTS, Recording
 from pytest_harness.redaction import comparable, redact
+from pytest_harness.runtime.declared import DECLARED
 
 __all__ = ["RequestChanges", "request_changes"]
 
@@ -48,7 +49,7 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
     parts: set[str] = set()
     first_messages: int | None = None
     whole_only = False
-    swapped: dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+    swapped: dict[str, str] = {}
     for index, turn in enumerate(after):
         if index >= len(before):
             changed += 1
@@ -68,9 +69,7 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
             changed += 1
             whole_only = whole_only or old.digest != turn.digest
     changed += max(0, asked - len(after))
-    explained: list[str] = [
-        f"model {name}: {_declared(was, now)}" for name, (was, now) in swapped.items()
-    ]
+    explained = [f"model {name}: {change}" for name, change in swapped.items()]
     prompt_diff: tuple[str, ...] = ()
     if "system" in parts:
         if recording.system is not None and replayed.system is not None:
@@ -92,37 +91,35 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
 
 def _model_change(
     recording: Recording, recorded: str, replayed: Recording, asked: str
-) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
-    """The recorded and today's declaration of a turn's model, when they differ."""
+) -> str | None:
+    """How today's declaration of a turn's model differs from the recorded one, or None.
+
+    Only the keys both declarations hold are compared (a key the run's environment set is
+    left out of one, `runtime.declared`), each redacted as a golden file keeps it.
+    """
     if recording.models is None or replayed.models is None:
         return None
     was, now = recording.models.get(recorded), replayed.models.get(asked)
-    if was is None or now is None:
-        return None if was is now else ({} if was is None else was, {} if now is None else now)
-    if was == now or _identity(was) == _identity(now):
+    if was is None or now is None or was == now:
         return None
-    return was, now
+    was, now = redact(dict(was)), redact(dict(now))
+    keys = [key for key in DECLARED if key in was and key in now and was[key] != now[key]]
+    if not keys:
+        return None
+    shown = []
+    named = [key for key in ("use", "model") if key in keys]
+    if named:  # `gpt-4.1-mini → gpt-4o`, `openai gpt-4.1-mini → anthropic claude-sonnet-4`
+        shown.append(f"{_named(was, named)} → {_named(now, named)}")
+    if "options" in keys:
+        before, after = was["options"] or {}, now["options"] or {}
+        changed = sorted(k for k in {**before, **after} if before.get(k) != after.get(k))
+        options = (f"{k} {_option(before, k)} → {_option(after, k)}" for k in changed)
+        shown.append(f"options {', '.join(options)}")
+    return "; ".join(shown)
 
 
-def _identity(model: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    """A declaration as compared: `use`, `model` and its redacted `options` (as kept)."""
-    return model.get("use"), model.get("model"), redact(dict(model.get("options") or {}))
-
-
-def _declared(was: Mapping[str, Any], now: Mapping[str, Any]) -> str:
-    """`openai gpt-4.1-mini → openai gpt-4o`, or the options that changed, redacted."""
-    (use, name, options), (use_now, name_now, options_now) = _identity(was), _identity(now)
-    if (use, name) != (use_now, name_now):
-        return f"{_named(use, name)} → {_named(use_now, name_now)}"
-    keys = [k for k in {**options, **options_now} if options.get(k) != options_now.get(k)]
-    shown = ", ".join(
-        f"{k} {_option(options, k)} → {_option(options_now, k)}" for k in sorted(keys)
-    )
-    return f"options {shown}"
-
-
-def _named(use: Any, name: Any) -> str:
-    return f"{use} {name}" if name is not None else f"{use}" if use is not None else "(none)"
+def _named(declared: Mapping[str, Any], keys: Sequence[str]) -> str:
+    return " ".join("(none)" if declared[key] is None else str(declared[key]) for key in keys)
 
 
 def _option(options: Mapping[str, Any], key: str) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_harness.errors import RecordingError, StoreError
 from pytest_harness.runtime import clock
+from pytest_harness.runtime.declared import model_declarations
 from pytest_harness.runtime.texts import tool_schemas
 from pytest_harness.store.base import EventDraft, JournalDraft
 from pytest_harness.store.helpers import PreparedJSON
@@ -28,10 +29,9 @@ if TYPE_CHECKING:
     from pytest_harness.models.base import Message
     from pytest_harness.principal import Principal
     from pytest_harness.runtime.plan import TaskPlan
-    from pytest_harness.spec.schema import ModelSpec
     from pytest_harness.spec.spec import Spec
 
-__all__ = ["KINDS", "Journal", "model_identity", "started_payload", "write_with_retries"]
+__all__ = ["KINDS", "Journal", "started_payload", "write_with_retries"]
 
 KINDS: frozenset[str] = frozenset(
     {
@@ -109,21 +109,8 @@ def started_payload(
         # kept once: every request of the run has this prompt and these schemas
         "system": plan.spec.prompt,
         "tool_schemas": tool_schemas(plan.schemas),
-        "models": {link.name: model_identity(link.spec) for link in plan.models},
+        "models": model_declarations(spec, plan),
     }
-
-
-def model_identity(model: ModelSpec) -> dict[str, Any]:
-    """What a recording keeps of a model its task may ask: `use`, `model` and any `options`.
-
-    The spec's declaration, not the provider that answered (a test's script answers for the
-    declared model), so a replay on a spec that swapped the model or its request options says
-    which requests that changed.
-    """
-    identity: dict[str, Any] = {"use": model.use, "model": model.model}
-    if model.options:
-        identity["options"] = dict(model.options)
-    return identity
 
 
 _new = object.__new__

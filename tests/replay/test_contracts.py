@@ -4,6 +4,7 @@ and reads golden files of format @1 (migrated) as well as @2."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,11 @@ async def test_golden_files_keep_each_models_declaration(app, tmp_path) -> None:
     }
     assert list(data).index("models") == list(data).index("tool_schemas") + 1
     assert Recording.load(golden).models == data["models"]
+    # written in one key order, whatever order they were read in (a Temporal journal's sorted)
+    shuffled = replace(
+        Recording.load(golden), models={"default": dict(sorted(data["models"]["default"].items()))}
+    )
+    assert list(shuffled.to_dict()["models"]["default"]) == ["use", "model", "options"]
 
 
 async def test_a_swapped_model_is_request_drift_naming_both(app, tmp_path) -> None:
@@ -242,11 +248,8 @@ async def test_a_swapped_model_is_request_drift_naming_both(app, tmp_path) -> No
     report = await replay(app, golden)
     assert report.same and not report.failed() and report.failed({"requests"})
     assert report.model_requests_changed == (3, 3)
-    assert report.requests_explained == ("model default: scripted m-1 → scripted m-2",)
-    rendered = report.render()
-    assert "model requests changed: 3 of 3 (model default: scripted m-1 → scripted m-2)" in (
-        rendered
-    )
+    assert report.requests_explained == ("model default: m-1 → m-2",)
+    assert "model requests changed: 3 of 3 (model default: m-1 → m-2)" in report.render()
     write(app, spec_edit=declared("model: m-1"))  # back as recorded: nothing changed
     assert (await replay(app, golden)).model_requests_changed == (0, 3)
 
@@ -265,6 +268,71 @@ async def test_changed_model_options_are_request_drift_naming_them(app, tmp_path
     assert report.requests_explained == (
         "model default: options temperature 0 → (unset), top_p 1 → (unset)",
     )
+
+
+ENVIRONMENTS = """
+environments:
+  offline:
+    models:
+      default: {use: scripted, options: {seed: 1}}
+"""
+
+
+async def replay_in(app, path, env: str) -> ph.ReplayReport:
+    async with ph.load(app.spec, env=env) as harness:
+        return await harness.replay(path)
+
+
+async def test_what_an_environment_sets_is_left_out_of_the_declaration(app, tmp_path) -> None:
+    """A golden recorded with no environment replays under one that sets `use` and `options`
+    (a test marked env="none", a gate on `offline`) without a change, and the other way round;
+    a model swapped in the spec itself is seen under either."""
+    write(app, spec_edit=declared("model: m-1\noptions: {temperature: 0}"))
+    app.spec.write_text(app.spec.read_text() + ENVIRONMENTS)
+    plain = await record(app, tmp_path)
+    async with ph.load(app.spec, env="offline") as harness:
+        result = await harness.run("orders", "Refund A-1", principal="ann")
+        offline = await harness.export(result.run_id, tmp_path / "offline.yaml")
+    assert yaml.safe_load(offline.read_text())["models"] == {"default": {"model": "m-1"}}
+    for golden in (plain, offline):
+        for env in ("offline", ""):
+            assert (await replay_in(app, golden, env)).model_requests_changed == (0, 3)
+    app.spec.write_text(app.spec.read_text().replace("model: m-1", "model: m-2"))
+    for golden in (plain, offline):
+        for env in ("offline", ""):
+            report = await replay_in(app, golden, env)
+            assert report.requests_explained == ("model default: m-1 → m-2",), (golden, env)
+
+
+async def test_a_model_named_like_a_credential_keeps_its_declaration(app, tmp_path) -> None:
+    """Names are not redacted (a key `token` would hide the whole declaration); values are."""
+    secret = "AKIA" + "IOSFODNN7EXAMPLE"
+    app.write(SPEC)
+    text = app.spec.read_text().replace("  default:\n", "  token:\n", 1)
+    text = text.replace("script: []", f"script: {SCRIPT}\n    model: {secret}", 1)
+    app.spec.write_text(
+        text.replace(
+            "tools: [lookup_order, refund]", "model: token\n    tools: [lookup_order, refund]"
+        )
+    )
+    golden = await record(app, tmp_path)
+    models = yaml.safe_load(golden.read_text())["models"]
+    assert list(models) == ["token"] and models["token"]["use"] == "scripted"
+    assert secret not in golden.read_text()
+    report = await replay(app, golden)
+    assert report.model_requests_changed == (0, 3), report.requests_explained
+    async with ph.load(app.spec) as harness:  # by run id: the stored recording, unredacted
+        result = await harness.run("orders", "Refund A-1", principal="ann")
+        assert (await harness.replay(result.run_id)).same
+
+
+async def test_options_json_cannot_hold_are_kept_as_text(app, tmp_path) -> None:
+    """A YAML date or a non-finite number in options: the run records, and compares equal."""
+    write(app, spec_edit=declared("options: {since: 2024-01-01, top: .inf, n: [1, 2.5]}"))
+    golden = await record(app, tmp_path)
+    options = yaml.safe_load(golden.read_text())["models"]["default"]["options"]
+    assert options == {"since": "2024-01-01", "top": "inf", "n": [1, 2.5]}
+    assert (await replay(app, golden)).model_requests_changed == (0, 3)
 
 
 async def test_a_golden_without_declarations_is_compared_without_them(app, tmp_path) -> None:

@@ -113,6 +113,18 @@ def _approver_roles_numbers(data: dict) -> None:
     data["approvals"][0]["approver"]["roles"] = [1]
 
 
+def _model_declaration_a_string(data: dict) -> None:
+    data["models"]["default"] = "[REDACTED]"
+
+
+def _model_options_a_list(data: dict) -> None:
+    data["models"]["default"]["options"] = ["temperature"]
+
+
+def _model_use_a_list(data: dict) -> None:
+    data["models"]["default"]["use"] = ["openai"]
+
+
 @pytest.mark.parametrize(
     ("damage", "says"),
     [
@@ -122,6 +134,9 @@ def _approver_roles_numbers(data: dict) -> None:
         (_outcome_kind_a_list, "tool_results[0].outcome.kind: expected 'ok', "),
         (_outcome_ok_against_its_kind, "an outcome of kind 'ok' cannot have ok: False"),
         (_approver_roles_numbers, "approvals[0].approver.roles[0]: expected a string, got 1"),
+        (_model_declaration_a_string, "models.default: expected a mapping"),
+        (_model_options_a_list, "models.default.options: expected a mapping"),
+        (_model_use_a_list, "models.default.use: expected a string"),
     ],
 )
 def test_a_field_the_replay_reads_is_checked_when_the_file_loads(tmp_path, damage, says) -> None:
