@@ -18,11 +18,11 @@ cannot hold, so those are kept as text (`2024-01-01`, `inf`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_harness.runtime.plan import TaskPlan
+    from pytest_harness.runtime.plan import ModelLink
     from pytest_harness.spec.schema import ModelSpec
     from pytest_harness.spec.spec import Spec
 
@@ -32,10 +32,14 @@ DECLARED = ("use", "model", "options")
 """The keys of a model's declaration a recording keeps, in the order it keeps them."""
 
 
-def model_declarations(spec: Spec, plan: TaskPlan) -> dict[str, dict[str, Any]]:
-    """The declaration of each model of `plan`'s chain, by name, as a recording keeps it."""
+def model_declarations(spec: Spec, chain: Iterable[ModelLink]) -> dict[str, dict[str, Any]]:
+    """The declaration of each model of a task's `chain`, by name, as a recording keeps it.
+
+    Worked out once per task (`TaskPlan.declared`); what it returns is shared by every run's
+    `run.started` payload, so it must not be changed.
+    """
     overlay = _overlay_models(spec)
-    return {link.name: _declared(link.spec, overlay.get(link.name)) for link in plan.models}
+    return {link.name: _declared(link.spec, overlay.get(link.name)) for link in chain}
 
 
 def _overlay_models(spec: Spec) -> Mapping[str, Any]:

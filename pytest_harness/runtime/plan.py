@@ -67,6 +67,8 @@ class TaskPlan:
     """The compiled conditions by rule id (`Spec.rule_programs`): from the spec cache, each is
     compiled when a call first needs it, so a run that proposes no call compiles none."""
     guards: tuple[tuple[GuardSpec, GuardChecker], ...]
+    declared: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The declaration of each model of `models` a recording keeps (`runtime.declared`)."""
     watched: frozenset[str] = field(init=False)
     """What the guards watch (`input`, `output`, `tool_result`): text nothing watches goes by
     without a `GuardContext` being built."""
@@ -148,10 +150,14 @@ class Plans:
             tool = self.tools.get(tool_name)
             if tool is not None:
                 tools[tool_name] = tool
+        from pytest_harness.runtime.declared import model_declarations
+
+        models = self._chain(task.model)
         return TaskPlan(
             name=name,
             spec=task,
-            models=self._chain(task.model),
+            models=models,
+            declared=model_declarations(self.spec, models),
             tools=tools,
             schemas=self.tools.schemas(task.tools),
             rules=self.spec.rules_for(name),
