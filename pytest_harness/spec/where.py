@@ -36,8 +36,9 @@ BASELINE: KeyPath = ("baseline",)
 """The prefix of the baseline file's key paths in `Where.locations`."""
 _EXTRA = ("extra_forbidden", "unexpected_keyword_argument")
 """Pydantic's error types for an unknown key (of a model; of a dataclass)."""
+_INSTANCE = ("a dictionary or an instance of", "a valid dictionary or instance of")
+"""Pydantic's wording for a dataclass or a model given something else; it names our class."""
 _WORDING = {
-    "a dictionary or an instance of": "a mapping or instance of",
     "a valid dictionary": "a mapping",
     "a valid list": "a list",
     "a valid tuple": "a list",
@@ -189,6 +190,8 @@ def _describe(model: type[Any], path: KeyPath, errors: list[ErrorDetails]) -> st
 
 def _expected(message: str) -> str:
     rest = message.removeprefix("Input should be ")
+    if rest.startswith(_INSTANCE):  # `... or instance of _Model`: the class is ours to know
+        return "a mapping"
     for phrase, wording in _WORDING.items():
         if rest.startswith(phrase):
             return wording + rest[len(phrase) :]

@@ -134,7 +134,7 @@ def _model_use_a_list(data: dict) -> None:
         (_outcome_kind_a_list, "tool_results[0].outcome.kind: expected 'ok', "),
         (_outcome_ok_against_its_kind, "an outcome of kind 'ok' cannot have ok: False"),
         (_approver_roles_numbers, "approvals[0].approver.roles[0]: expected a string, got 1"),
-        (_model_declaration_a_string, "models.default: expected a mapping"),
+        (_model_declaration_a_string, "models.default: expected a mapping, got '[REDACTED]'"),
         (_model_options_a_list, "models.default.options: expected a mapping"),
         (_model_use_a_list, "models.default.use: expected a string"),
     ],

@@ -400,6 +400,13 @@ def test_bad_duration_names_the_value_and_the_line() -> None:
             id="literal",
         ),
         pytest.param(
+            "  backup:\n    use: scripted\n",
+            "  backup: 7\n  spare:\n    use: scripted\n",
+            "backup: 7",
+            "models.backup: expected a mapping, got 7",
+            id="mapping-expected",
+        ),
+        pytest.param(
             "    approvers: [finance]",
             "    approvers: finance",
             "approvers: finance",
