@@ -179,10 +179,11 @@ def forget(app: App) -> None:
         sys.path.remove(str(app.root))
 
 
-async def _record(app: App, folder: Path) -> dict[str, Path]:
+async def record_runs(app: App, folder: Path, runs: dict[str, str] = RUNS) -> dict[str, Path]:
+    """Run each of `runs` (name → input) on `app`, approving those that wait, and export them."""
     paths = {}
     async with ph.load(app.spec, record=True) as harness:
-        for name, text in RUNS.items():
+        for name, text in runs.items():
             result = await harness.run("desk", text, principal="ann")
             if name in NEEDS_APPROVAL:
                 assert result.approval is not None, name
@@ -198,7 +199,7 @@ def goldens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path
     root = tmp_path_factory.mktemp("desk")
     app = make_app(root / "app")
     try:
-        paths = asyncio.run(_record(app, root / "recordings"))
+        paths = asyncio.run(record_runs(app, root / "recordings"))
     finally:
         forget(app)
     yield paths
@@ -221,9 +222,15 @@ class Outcome:
 
 
 def replay_mutant(
-    root: Path, goldens: dict[str, Path], spec: str, tools: str, replay_tools: str | None = None
+    root: Path,
+    goldens: dict[str, Path],
+    spec: str,
+    tools: str,
+    replay_tools: str | None = None,
+    make: Callable[[Path, str, str], App] = make_app,
 ) -> Outcome:
-    app = make_app(root, spec, tools)
+    """Replay every golden against the mutant `spec` and `tools` (an app `make` writes)."""
+    app = make(root, spec, tools)
 
     async def run() -> Outcome:
         try:

@@ -16,13 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import pytest_harness as ph
 from tests.replay.test_mutation_corpus import (
     DEFAULT_SCRIPT,
-    NEEDS_APPROVAL,
     RUNS,
     SPEC,
-    SUPERVISOR,
     TOOLS,
     App,
     Mutation,
@@ -30,7 +27,8 @@ from tests.replay.test_mutation_corpus import (
     edit,
     forget,
     make_app,
-    verdict,
+    record_runs,
+    replay_mutant,
 )
 
 MORE_TOOLS = (
@@ -135,45 +133,20 @@ def make_more_app(root: Path, spec: str = MORE_SPEC, tools: str = MORE_TOOLS) ->
     return app
 
 
-async def _record(app: App, folder: Path) -> dict[str, Path]:
-    paths = {}
-    async with ph.load(app.spec, record=True) as harness:
-        for name, text in MORE_RUNS.items():
-            result = await harness.run("desk", text, principal="ann")
-            if name in NEEDS_APPROVAL:
-                assert result.approval is not None, name
-                result = await harness.approve(
-                    result.run_id, result.approval.approval_id, "approve", approver=SUPERVISOR
-                )
-            paths[name] = await harness.export(result.run_id, folder / f"{name}.yaml")
-    return paths
-
-
 @pytest.fixture(scope="module")
 def more_goldens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     root = tmp_path_factory.mktemp("desk-more")
     app = make_more_app(root / "app")
     try:
-        paths = asyncio.run(_record(app, root / "recordings"))
+        paths = asyncio.run(record_runs(app, root / "recordings", MORE_RUNS))
     finally:
         forget(app)
     yield paths
 
 
-def replay_mutant(root: Path, goldens: dict[str, Path], spec: str, tools: str) -> Outcome:
-    app = make_more_app(root, spec, tools)
-
-    async def run() -> Outcome:
-        reports = {}
-        async with ph.load(app.spec) as harness:
-            for name, path in goldens.items():
-                reports[name] = await harness.replay(path)
-        return Outcome({n: verdict(r) for n, r in reports.items()}, reports)
-
-    try:
-        return asyncio.run(run())
-    finally:
-        forget(app)
+def replay_more(root: Path, goldens: dict[str, Path], spec: str, tools: str) -> Outcome:
+    """`replay_mutant` on this desk (its tools, scripts and runs)."""
+    return replay_mutant(root, goldens, spec, tools, make=make_more_app)
 
 
 MUTATIONS = [
@@ -242,11 +215,8 @@ MUTATIONS = [
 def test_every_behaviour_change_is_flagged_and_nothing_else(
     mutation: Mutation, more_goldens: dict[str, Path], tmp_path: Path
 ) -> None:
-    outcome = replay_mutant(
-        tmp_path / "mutant",
-        more_goldens,
-        mutation.spec(MORE_SPEC),
-        mutation.tools(MORE_TOOLS),
+    outcome = replay_more(
+        tmp_path / "mutant", more_goldens, mutation.spec(MORE_SPEC), mutation.tools(MORE_TOOLS)
     )
     shown = {
         n: (v, outcome.reports[n].render()) for n, v in outcome.verdicts.items() if v != "same"
@@ -260,7 +230,7 @@ def test_a_changed_redaction_names_the_guard_and_the_digest_of_what_it_left(
     more_goldens: dict[str, Path], tmp_path: Path
 ) -> None:
     tools = MUTATIONS[1].tools(MORE_TOOLS)
-    outcome = replay_mutant(tmp_path / "mutant", more_goldens, MORE_SPEC, tools)
+    outcome = replay_more(tmp_path / "mutant", more_goldens, MORE_SPEC, tools)
     rendered = outcome.reports["card_number"].render()
     assert "~ step 1 guard mask-cards → redact (tool_result) (left: 'sha256:" in rendered
     assert outcome.reports["card_number"].requests_explained == ("messages: from request 2",)
@@ -274,5 +244,5 @@ def test_a_golden_recorded_before_redactions_were_digested_compares_without_them
     old = tmp_path / "card_number.yaml"
     kept = [line for line in text.splitlines() if not line.startswith("    left: sha256:")]
     old.write_text("\n".join(kept) + "\n", encoding="utf-8")
-    outcome = replay_mutant(tmp_path / "mutant", {"card_number": old}, MORE_SPEC, MORE_TOOLS)
+    outcome = replay_more(tmp_path / "mutant", {"card_number": old}, MORE_SPEC, MORE_TOOLS)
     assert outcome.verdicts == {"card_number": "same"}
