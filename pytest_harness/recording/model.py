@@ -441,7 +441,8 @@ def _control(final: Mapping[str, Any], stopped: Mapping[str, Any] | None) -> dic
 def _models(models: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """The declarations as a golden file writes them, each one's keys in `DECLARED` order.
 
-    Whatever order they were read in: a Temporal run's journal comes back with its keys sorted.
+    Whatever order they were read in (a Temporal run started by a client with Temporal's
+    default converter hands its journal back with its keys sorted).
     """
     return {
         name: {key: model[key] for key in DECLARED if key in model}

@@ -42,6 +42,7 @@ from pytest_harness.runtime.journal import started_payload
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import Event, parse_cursor
+from pytest_harness.temporal.converter import DATA_CONVERTER
 from pytest_harness.temporal.grading import PendingGrades, graded
 from pytest_harness.temporal.paging import PAYLOAD_LIMIT, encoded_size, too_large
 from pytest_harness.temporal.reading import Listing, listed_runs, read_run, whole
@@ -70,7 +71,9 @@ async def connect(spec: Spec) -> Client:
     execution = spec.document.execution
     try:
         async with asyncio.timeout(_CONNECT_TIMEOUT):
-            return await Client.connect(execution.address, namespace=execution.namespace)
+            return await Client.connect(
+                execution.address, namespace=execution.namespace, data_converter=DATA_CONVERTER
+            )
     except (RuntimeError, TimeoutError, RPCError) as exc:
         raise ExecutionError(
             f"{spec.path} execution.address: cannot reach the Temporal server at "
