@@ -148,7 +148,6 @@ async def replay(
         replayed = Recording.from_journal(
             await twin.store.journal(record.run_id), outcome=_outcome(result)
         )
-        replayed = replace(replayed, control=control if divergence is None else None)
     # A report leaves the store: what it shows of either side is redacted (DESIGN §6), and
     # values are compared redacted. Redaction is deterministic: values equal before it are
     # equal after it, so what is the same on both sides is neither redacted nor diffed.
@@ -176,7 +175,12 @@ async def replay(
         decisions += grading.changes
         not_regraded = grading.not_regraded
         replayed = replace(replayed, grades=grading.grades)
-    own = replace(replayed, run_id=None, source=recording.source)
+    own = replace(
+        replayed,
+        control=control if divergence is None else None,
+        run_id=None,
+        source=recording.source,
+    )
     return ReplayReport(
         task=recording.task,
         run_id=recording.run_id,
