@@ -190,11 +190,11 @@ class _Answer(BaseModel):
 
 
 class _Model(_Strict):
-    """A model's declaration as `runtime.declared` keeps it (what an environment sets left out)."""
+    """A model's declaration as `runtime.declared` keeps it (`options` may be `(environment)`)."""
 
     use: str | None = None
     model: str | None = None
-    options: dict[str, Any] | None = None
+    options: dict[str, Any] | str | None = None
 
 
 class _Turn(_Strict):

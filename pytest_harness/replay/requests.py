@@ -7,10 +7,10 @@ schema changed, appeared or went), `messages: from request 2` (the conversation 
 that request on, e.g. after a changed tool result). A turn migrated from a `@1` file has only
 the whole request's digest: it is compared whole, and the report says the parts are unknown.
 
-The recording also keeps the spec's declaration of each model (`use`, `model`, `options`, less
-what its environment set), so a request asked of a model the spec has since swapped, or whose
-options changed, counts as changed too: `model default: gpt-4.1-mini → gpt-4o`. A recording
-made before declarations were kept is compared without them.
+The recording also keeps the spec's declaration of each model (`use`, `model`, `options`; what
+its environment set as `(environment)`), so a request asked of a model the spec has since
+swapped, or whose options changed, counts as changed too: `model default: gpt-4.1-mini →
+gpt-4o`. A recording made before declarations were kept is compared without them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_harness.recording.model import REQUEST_PARTS, Recording
 from pytest_harness.redaction import comparable, redact
-from pytest_harness.runtime.declared import DECLARED
+from pytest_harness.runtime.declared import ENVIRONMENT
 
 __all__ = ["RequestChanges", "request_changes"]
 
@@ -94,8 +94,9 @@ def _model_change(
 ) -> str | None:
     """How today's declaration of a turn's model differs from the recorded one, or None.
 
-    Only the keys both declarations hold are compared (a key the run's environment set is
-    left out of one, `runtime.declared`), each redacted as a golden file keeps it.
+    What both declarations hold is compared, redacted as a golden file keeps it, but for
+    values either side has as `ENVIRONMENT` (its run's environment set them; for `options`,
+    option by option): `runtime.declared`.
     """
     if recording.models is None or replayed.models is None:
         return None
@@ -103,19 +104,28 @@ def _model_change(
     if was is None or now is None or was == now:
         return None
     was, now = redact(dict(was)), redact(dict(now))
-    keys = [key for key in DECLARED if key in was and key in now and was[key] != now[key]]
-    if not keys:
-        return None
     shown = []
-    named = [key for key in ("use", "model") if key in keys]
+    named = [key for key in ("use", "model") if _compared(was, now, key) and was[key] != now[key]]
     if named:  # `gpt-4.1-mini → gpt-4o`, `openai gpt-4.1-mini → anthropic claude-sonnet-4`
         shown.append(f"{_named(was, named)} → {_named(now, named)}")
-    if "options" in keys:
+    if _compared(was, now, "options"):
         before, after = was["options"] or {}, now["options"] or {}
-        changed = sorted(k for k in {**before, **after} if before.get(k) != after.get(k))
-        options = (f"{k} {_option(before, k)} → {_option(after, k)}" for k in changed)
-        shown.append(f"options {', '.join(options)}")
-    return "; ".join(shown)
+        if isinstance(before, Mapping) and isinstance(after, Mapping):
+            changed = sorted(
+                k
+                for k in {**before, **after}
+                if ENVIRONMENT not in (before.get(k), after.get(k))
+                and (k not in before or k not in after or before[k] != after[k])
+            )
+            if changed:
+                options = (f"{k} {_option(before, k)} → {_option(after, k)}" for k in changed)
+                shown.append(f"options {', '.join(options)}")
+    return "; ".join(shown) or None
+
+
+def _compared(was: Mapping[str, Any], now: Mapping[str, Any], key: str) -> bool:
+    """Whether both declarations hold `key`, neither as set by its run's environment."""
+    return key in was and key in now and ENVIRONMENT not in (was[key], now[key])
 
 
 def _named(declared: Mapping[str, Any], keys: Sequence[str]) -> str:

@@ -6,10 +6,12 @@ answered (a test's script answers for the declared model). A replay on a spec th
 model or changed its request options then says which requests that changed
 (`replay.requests`).
 
-A key the run's environment overlay sets for that model (the shop's `offline` environment sets
-`use` and `script`) is left out: it belongs to the environment, not to the agent, and a golden
-recorded under one environment is replayed under another (a test marked `env="none"`, a gate
-on `offline`) without a false change. A replay compares the keys both declarations hold.
+A value the run's environment overlay sets for that model (the shop's `offline` environment sets
+`use` and `script`; a CI environment may pin `options.temperature`) is kept as `ENVIRONMENT`: it
+belongs to the environment, not to the agent, and a golden recorded under one environment is
+replayed under another (a test marked `env="none"`, a gate on `offline`) without a false change.
+A replay compares what both declarations hold, but for values either side has as `ENVIRONMENT`
+(for `options`, option by option).
 
 `options` are kept as JSON values: YAML can give a date or a non-finite number, which the store
 cannot hold, so those are kept as text (`2024-01-01`, `inf`).
@@ -26,17 +28,19 @@ if TYPE_CHECKING:
     from pytest_harness.spec.schema import ModelSpec
     from pytest_harness.spec.spec import Spec
 
-__all__ = ["DECLARED", "model_declarations"]
+__all__ = ["DECLARED", "ENVIRONMENT", "copied", "model_declarations"]
 
 DECLARED = ("use", "model", "options")
 """The keys of a model's declaration a recording keeps, in the order it keeps them."""
+ENVIRONMENT = "(environment)"
+"""What a declaration holds in place of a value the run's environment overlay set."""
 
 
 def model_declarations(spec: Spec, chain: Iterable[ModelLink]) -> dict[str, dict[str, Any]]:
     """The declaration of each model of a task's `chain`, by name, as a recording keeps it.
 
-    Worked out once per task (`TaskPlan.declared`); what it returns is shared by every run's
-    `run.started` payload, so it must not be changed.
+    Worked out once per task (`TaskPlan.declared`); each run's `run.started` payload takes a
+    copy of it (`copied`).
     """
     overlay = _overlay_models(spec)
     return {link.name: _declared(link.spec, overlay.get(link.name)) for link in chain}
@@ -52,9 +56,27 @@ def _overlay_models(spec: Spec) -> Mapping[str, Any]:
 
 
 def _declared(model: ModelSpec, overlay: Any) -> dict[str, Any]:
-    set_here = overlay.keys() if isinstance(overlay, Mapping) else ()
-    values = {"use": model.use, "model": model.model, "options": dict(model.options)}
-    return {key: _json_value(values[key]) for key in DECLARED if key not in set_here}
+    set_here: Mapping[str, Any] = overlay if isinstance(overlay, Mapping) else {}
+    values = {"use": model.use, "model": model.model, "options": _json_value(model.options)}
+    declared: dict[str, Any] = {}
+    for key in DECLARED:
+        value, given = values[key], set_here.get(key)
+        if key not in set_here:
+            declared[key] = value
+        elif key == "options" and isinstance(given, Mapping) and isinstance(value, dict):
+            declared[key] = {k: ENVIRONMENT if k in given else v for k, v in value.items()}
+        else:
+            declared[key] = ENVIRONMENT
+    return declared
+
+
+def copied(value: Any) -> Any:
+    """A copy of a JSON value (mappings and lists copied all the way down)."""
+    if isinstance(value, dict):
+        return {key: copied(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copied(item) for item in value]
+    return value
 
 
 def _json_value(value: Any) -> Any:

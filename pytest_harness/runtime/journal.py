@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_harness.errors import RecordingError, StoreError
 from pytest_harness.runtime import clock
+from pytest_harness.runtime.declared import copied
 from pytest_harness.runtime.texts import tool_schemas
 from pytest_harness.store.base import EventDraft, JournalDraft
 from pytest_harness.store.helpers import PreparedJSON
@@ -108,7 +109,7 @@ def started_payload(
         # kept once: every request of the run has this prompt and these schemas
         "system": plan.spec.prompt,
         "tool_schemas": tool_schemas(plan.schemas),
-        "models": dict(plan.declared),
+        "models": copied(plan.declared),  # its own: a store may keep the object
     }
 
 

@@ -67,7 +67,7 @@ class TaskPlan:
     """The compiled conditions by rule id (`Spec.rule_programs`): from the spec cache, each is
     compiled when a call first needs it, so a run that proposes no call compiles none."""
     guards: tuple[tuple[GuardSpec, GuardChecker], ...]
-    declared: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    declared: Mapping[str, Mapping[str, Any]]
     """The declaration of each model of `models` a recording keeps (`runtime.declared`)."""
     watched: frozenset[str] = field(init=False)
     """What the guards watch (`input`, `output`, `tool_result`): text nothing watches goes by

@@ -41,7 +41,7 @@ class InOrderPayloadConverter(CompositePayloadConverter):
     def __init__(self) -> None:
         super().__init__(
             *(
-                _InOrderJSON() if type(each) is JSONPlainPayloadConverter else each
+                _InOrderJSON() if isinstance(each, JSONPlainPayloadConverter) else each
                 for each in DefaultPayloadConverter.default_encoding_payload_converters
             )
         )

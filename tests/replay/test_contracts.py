@@ -293,7 +293,13 @@ async def test_what_an_environment_sets_is_left_out_of_the_declaration(app, tmp_
     async with ph.load(app.spec, env="offline") as harness:
         result = await harness.run("orders", "Refund A-1", principal="ann")
         offline = await harness.export(result.run_id, tmp_path / "offline.yaml")
-    assert yaml.safe_load(offline.read_text())["models"] == {"default": {"model": "m-1"}}
+    assert yaml.safe_load(offline.read_text())["models"] == {
+        "default": {
+            "use": "(environment)",
+            "model": "m-1",
+            "options": {"temperature": 0, "seed": "(environment)"},
+        }
+    }
     for golden in (plain, offline):
         for env in ("offline", ""):
             assert (await replay_in(app, golden, env)).model_requests_changed == (0, 3)
@@ -302,6 +308,45 @@ async def test_what_an_environment_sets_is_left_out_of_the_declaration(app, tmp_
         for env in ("offline", ""):
             report = await replay_in(app, golden, env)
             assert report.requests_explained == ("model default: m-1 → m-2",), (golden, env)
+
+
+async def test_options_an_environment_pins_leave_the_others_compared(app, tmp_path) -> None:
+    """A CI environment pinning `temperature`: a change to another option is still seen."""
+    write(app, spec_edit=declared("options: {max_tokens: 100, temperature: 0.7}"))
+    overlay = "environments:\n  ci:\n    models:\n      default: {options: {temperature: 0}}\n"
+    app.spec.write_text(app.spec.read_text() + overlay)
+    async with ph.load(app.spec, env="ci") as harness:
+        result = await harness.run("orders", "Refund A-1", principal="ann")
+        golden = await harness.export(result.run_id, tmp_path / "ci.yaml")
+    options = yaml.safe_load(golden.read_text())["models"]["default"]["options"]
+    assert options == {"max_tokens": 100, "temperature": "(environment)"}
+    for env in ("ci", ""):
+        assert (await replay_in(app, golden, env)).model_requests_changed == (0, 3)
+    app.spec.write_text(app.spec.read_text().replace("max_tokens: 100", "max_tokens: 4000"))
+    for env in ("ci", ""):
+        report = await replay_in(app, golden, env)
+        assert report.requests_explained == ("model default: options max_tokens 100 → 4000",)
+
+
+async def test_each_run_starts_with_its_own_copy_of_the_declarations(app) -> None:
+    """A store may keep the payload objects it is given: none is the plan's own."""
+    from pytest_harness.principal import Principal
+    from pytest_harness.runtime.journal import started_payload
+
+    write(app, spec_edit=declared("options: {stop: [END]}"))
+    async with ph.load(app.spec) as harness:
+        plan = harness.plans.tasks["orders"]
+        payloads = [
+            started_payload(
+                harness.spec, plan, "hi", Principal("ann"), None, {}, None, [], given_labels=None
+            )
+            for _ in range(2)
+        ]
+    first, second = (p["models"]["default"] for p in payloads)
+    assert first == second == plan.declared["default"]
+    assert first["options"]["stop"] is not plan.declared["default"]["options"]["stop"]
+    first["options"]["stop"].append("changed")
+    assert plan.declared["default"]["options"]["stop"] == second["options"]["stop"] == ["END"]
 
 
 async def test_a_model_named_like_a_credential_keeps_its_declaration(app, tmp_path) -> None:
