@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -31,9 +31,6 @@ from pytest_harness.plugin.settings import (
     RecordMode,
     Settings,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["GoldenTracker", "Ledger", "register"]
 

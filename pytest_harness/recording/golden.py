@@ -194,7 +194,8 @@ class _Model(_Strict):
 
     use: str | None = None
     model: str | None = None
-    options: dict[str, Any] | str | None = None
+    options: dict[str, Any] | Literal["(environment)"] | None = None
+    """`(environment)`: the run's environment set them whole (`runtime.declared.ENVIRONMENT`)."""
 
 
 class _Turn(_Strict):

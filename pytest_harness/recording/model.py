@@ -78,9 +78,9 @@ class Recording:
     tool_schemas: tuple[Mapping[str, Any], ...] | None = None
     """The tool schemas its model requests offered, kept once (None: not recorded)."""
     models: Mapping[str, Mapping[str, Any]] | None = None
-    """The spec's declaration of each model its task may ask (`use`, `model`, `options`, less
-    what the run's environment set; `runtime.declared`), by name (None: recorded before they
-    were kept, and not compared)."""
+    """The spec's declaration of each model its task may ask (`use`, `model`, `options`; what
+    the run's environment set kept as `(environment)`: `runtime.declared`), by name (None:
+    recorded before they were kept, and not compared)."""
     model_turns: tuple[ModelTurn, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     approvals: tuple[ApprovalDecision, ...] = ()

@@ -329,26 +329,25 @@ _ASKED = ("approvers", "self_approve")
 lack both keys, and are compared without them until they are recorded again."""
 
 
-_ENDED = ("error", "message")
-"""What an `output` decision says beyond the status, kept since 2026-12-05 and -06."""
+_KEPT_SINCE = {"guard": ("left",), "output": ("error", "message")}
+"""Detail keys decisions of a kind gained after goldens were first written (a `redact` guard's
+`left` since 2026-12-06; an `output`'s `error` since 2026-12-05, a refusal's `message` since
+2026-12-06): a recorded decision without one is compared without it."""
 
 
 def _comparable(recorded: Decision, replayed: Decision) -> dict[str, Any]:
     """The replayed decision's detail as the recorded one can be compared with.
 
-    A run's `output` decision names the type of the error that failed it since 2026-12-05,
-    and a refused run's message (what its caller is told) since 2026-12-06; a recording made
-    before has neither, and is compared without them until it is recorded again.
+    A key a decision of its kind gained after goldens were first written (`_ASKED`,
+    `_KEPT_SINCE`) is compared only when the recorded decision has it, until the golden is
+    recorded again.
     """
     detail = dict(replayed.detail)
     if recorded.kind == "rule" and "approvers" not in recorded.detail:
         for key in _ASKED:
             detail.pop(key, None)
-    elif recorded.kind == "guard" and "left" not in recorded.detail:
-        # the digest of the text a `redact` guard left, kept since 2026-12-06: likewise
-        detail.pop("left", None)
-    elif recorded.kind == "output":
-        for key in _ENDED:
+    else:
+        for key in _KEPT_SINCE.get(recorded.kind, ()):
             if key not in recorded.detail:
                 detail.pop(key, None)
     return detail
