@@ -121,6 +121,10 @@ def _model_options_a_list(data: dict) -> None:
     data["models"]["default"]["options"] = ["temperature"]
 
 
+def _model_options_a_word(data: dict) -> None:
+    data["models"]["default"]["options"] = "sometimes"
+
+
 def _model_use_a_list(data: dict) -> None:
     data["models"]["default"]["use"] = ["openai"]
 
@@ -137,6 +141,10 @@ def _model_use_a_list(data: dict) -> None:
         (_model_declaration_a_string, "models.default: expected a mapping, got '[REDACTED]'"),
         (_model_options_a_list, "models.default.options: expected a mapping"),
         (_model_use_a_list, "models.default.use: expected a string"),
+        (
+            _model_options_a_word,
+            "models.default.options: expected a mapping or '(environment)', got 'sometimes'",
+        ),
     ],
 )
 def test_a_field_the_replay_reads_is_checked_when_the_file_loads(tmp_path, damage, says) -> None:
