@@ -7,6 +7,13 @@ schema changed, appeared or went), `messages: from request 2` (the conversation 
 that request on, e.g. after a changed tool result). A turn migrated from a `@1` file has only
 the whole request's digest: it is compared whole, and the report says the parts are unknown.
 
+The system prompt and tool schemas are digested as the spec and the code have them
+(`runtime.request_digests`), though a golden file keeps them redacted for display: an edit
+inside text that reads like a credential changes the request, and is explained without showing
+either text (`system prompt: changed where the golden file keeps it redacted`). Golden files
+recorded before digested those two parts redacted: such a digest is recognised (it is that of
+the redacted text the file keeps) and compared with today's text redacted the same way.
+
 The recording also keeps the spec's declaration of each model (`use`, `model`, `options`; what
 its environment set as `(environment)`), so a request asked of a model the spec has since
 swapped, or whose options changed, counts as changed too: `model default: gpt-4.1-mini →
@@ -21,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_harness.models.base import canonical_json, text_digest
 from pytest_harness.recording.model import REQUEST_PARTS, Recording
 from pytest_harness.redaction import comparable, redact
 from pytest_harness.runtime.declared import ENVIRONMENT
@@ -50,6 +58,7 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
     first_messages: int | None = None
     whole_only = False
     swapped: dict[str, str] = {}
+    legacy = _LegacyDigests(recording, replayed)
     for index, turn in enumerate(after):
         if index >= len(before):
             changed += 1
@@ -59,7 +68,11 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
         if model is not None:
             swapped.setdefault(turn.model, model)
         if old.parts is not None and turn.parts is not None:
-            differ = {p for p in REQUEST_PARTS if old.parts.get(p) != turn.parts.get(p)}
+            differ = {
+                p
+                for p in REQUEST_PARTS
+                if old.parts.get(p) != turn.parts.get(p) and not legacy.same(p, old.parts.get(p))
+            }
             if differ or model is not None:
                 changed += 1
                 parts |= differ
@@ -76,17 +89,71 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
             before, after = redact(recording.system), redact(replayed.system)
             prompt_diff = _unified(before, after)
             n = _lines_changed(before, after)
-            explained.append(f"system prompt: {n} line{'' if n == 1 else 's'} changed")
+            if n:
+                explained.append(f"system prompt: {n} line{'' if n == 1 else 's'} changed")
+            else:  # the edit is inside what redaction hides: neither text is shown
+                explained.append(f"system prompt: {_HIDDEN} it redacted")
         else:
             explained.append("system prompt")
     if "tools" in parts:
         names = _tools_changed(recording.tool_schemas, replayed.tool_schemas)
         explained.append(f"tool schemas: {', '.join(names)}" if names else "tool schemas")
+        if not names and recording.tool_schemas is not None and replayed.tool_schemas is not None:
+            same_order = [t.get("name") for t in recording.tool_schemas] == [
+                t.get("name") for t in replayed.tool_schemas
+            ]
+            explained[-1] += (
+                f": {_HIDDEN} them redacted" if same_order else ": the same, in another order"
+            )
     if first_messages is not None:
         explained.append(f"messages: from request {first_messages}")
     if whole_only:
         explained.append("which part is unknown: the recording (format @1) keeps whole digests")
     return RequestChanges(changed=changed, explained=tuple(explained), prompt_diff=prompt_diff)
+
+
+_HIDDEN = "changed where the golden file keeps"
+"""How a change inside redacted prompt or schema text is explained (the text is not shown)."""
+
+
+def _digest(value: Any) -> str:
+    return text_digest(canonical_json(value))
+
+
+class _LegacyDigests:
+    """Recognises a turn's `system` or `tools` digest taken of the redacted text.
+
+    Golden files recorded before those parts were digested as the spec has them took their
+    digests of the text redacted, which is the text the file keeps: a digest equal to that of
+    the kept text, and to that of today's text redacted the same way, is an unchanged part.
+    (When nothing in the text is redacted the two kinds of digest are one and the same.)
+    """
+
+    def __init__(self, recording: Recording, replayed: Recording) -> None:
+        self._kept = {"system": recording.system, "tools": recording.tool_schemas}
+        self._today = {"system": replayed.system, "tools": replayed.tool_schemas}
+        self._digests: dict[str, tuple[str, str] | None] = {}
+
+    def same(self, part: str, digest: str | None) -> bool:
+        """Whether `digest` is the old kind of digest of `part`, and today's text matches it."""
+        if part not in self._kept or digest is None:
+            return False
+        if part not in self._digests:
+            kept, today = self._kept[part], self._today[part]
+            self._digests[part] = (
+                None
+                if kept is None or today is None
+                else (_digest(_listed(kept)), _digest(redact(_listed(today))))
+            )
+        found = self._digests[part]
+        return found is not None and digest == found[0] == found[1]
+
+
+def _listed(value: Any) -> Any:
+    """Tool schemas as the list of mappings a request digest encodes (a prompt as it is)."""
+    if isinstance(value, str):
+        return value
+    return [dict(item) for item in value]
 
 
 def _model_change(
@@ -96,7 +163,8 @@ def _model_change(
 
     What both declarations hold is compared, redacted as a golden file keeps it, but for
     values either side has as `ENVIRONMENT` (its run's environment set them; for `options`,
-    option by option): `runtime.declared`.
+    option by option, and key by key within an option that is a mapping on both sides):
+    `runtime.declared`.
     """
     if recording.models is None or replayed.models is None:
         return None
@@ -111,15 +179,9 @@ def _model_change(
     if _compared(was, now, "options"):
         before, after = was["options"] or {}, now["options"] or {}
         if isinstance(before, Mapping) and isinstance(after, Mapping):
-            changed = sorted(
-                k
-                for k in {**before, **after}
-                if ENVIRONMENT not in (before.get(k), after.get(k))
-                and (k not in before or k not in after or before[k] != after[k])
-            )
+            changed = _options_changed(before, after)
             if changed:
-                options = (f"{k} {_option(before, k)} → {_option(after, k)}" for k in changed)
-                shown.append(f"options {', '.join(options)}")
+                shown.append(f"options {', '.join(changed)}")
     return "; ".join(shown) or None
 
 
@@ -130,6 +192,26 @@ def _compared(was: Mapping[str, Any], now: Mapping[str, Any], key: str) -> bool:
 
 def _named(declared: Mapping[str, Any], keys: Sequence[str]) -> str:
     return " ".join("(none)" if declared[key] is None else str(declared[key]) for key in keys)
+
+
+def _options_changed(
+    before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""
+) -> list[str]:
+    """`temperature 0 → 0.7`, `reasoning.summary "auto" → "detailed"`: each option that differs.
+
+    A value either side holds as `ENVIRONMENT` is not compared; an option that is a mapping on
+    both sides is compared key by key (an environment may have set one key of it).
+    """
+    changed = []
+    for key in sorted({**before, **after}):
+        was, now = before.get(key), after.get(key)
+        if ENVIRONMENT in (was, now):
+            continue
+        if isinstance(was, Mapping) and isinstance(now, Mapping):
+            changed += _options_changed(was, now, f"{prefix}{key}.")
+        elif key not in before or key not in after or was != now:
+            changed.append(f"{prefix}{key} {_option(before, key)} → {_option(after, key)}")
+    return changed
 
 
 def _option(options: Mapping[str, Any], key: str) -> str:

@@ -11,7 +11,9 @@ A value the run's environment overlay sets for that model (the shop's `offline` 
 belongs to the environment, not to the agent, and a golden recorded under one environment is
 replayed under another (a test marked `env="none"`, a gate on `offline`) without a false change.
 A replay compares what both declarations hold, but for values either side has as `ENVIRONMENT`
-(for `options`, option by option).
+(for `options`, option by option, and within an option that is a mapping key by key: the
+overlay is merged into the spec's mappings, so an environment that sets `reasoning.effort`
+leaves the spec's `reasoning.summary` in place, and compared).
 
 `options` are kept as JSON values: YAML can give a date or a non-finite number, which the store
 cannot hold, so those are kept as text (`2024-01-01`, `inf`).
@@ -64,10 +66,27 @@ def _declared(model: ModelSpec, overlay: Any) -> dict[str, Any]:
         if key not in set_here:
             declared[key] = value
         elif key == "options" and isinstance(given, Mapping) and isinstance(value, dict):
-            declared[key] = {k: ENVIRONMENT if k in given else v for k, v in value.items()}
+            declared[key] = _masked(value, given)
         else:
             declared[key] = ENVIRONMENT
     return declared
+
+
+def _masked(value: dict[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """`value` with what the overlay `given` set in it as `ENVIRONMENT`.
+
+    The overlay is merged mapping into mapping (`spec.build`): where both are mappings only
+    the keys the overlay holds are its own; anything else it holds replaces the value whole.
+    """
+    masked: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in given:
+            masked[key] = item
+        elif isinstance(item, dict) and isinstance(given[key], Mapping):
+            masked[key] = _masked(item, given[key])
+        else:
+            masked[key] = ENVIRONMENT
+    return masked
 
 
 def copied(value: Any) -> Any:

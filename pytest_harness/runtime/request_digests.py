@@ -1,16 +1,23 @@
 """The digests a recording keeps of each model request: the whole request, and part by part.
 
 Each digest is `sha256:` of the canonical JSON (`models.base.content_digest`) of the request as
-recordings compare it (`redaction.comparable`: credentials redacted, generated ids numbered in
-document order), so a golden file compares equal whatever ids a run drew. The parts are the
-system prompt, the tool schemas and the messages (`PARTS`); the whole request's canonical JSON
-is the three parts' under their sorted keys, so it is put together from theirs, not encoded
-again.
+recordings compare it, with generated ids numbered in document order (`redaction.stable_ids`),
+so a golden file compares equal whatever ids a run drew. The parts are the system prompt, the
+tool schemas and the messages (`PARTS`); the whole request's canonical JSON is the three parts'
+under their sorted keys, so it is put together from theirs, not encoded again.
 
-Every request of a task repeats its system prompt and tool schemas. Their redacted form and its
-canonical JSON are worked out once per prompt and schemas (`_Fixed`), and reused while the
-request holds no generated id (their digests too): `stable_ids` numbers ids across the whole
-request, so a request with one anywhere is made comparable whole, exactly as `comparable` does.
+The messages are digested redacted (`redaction.comparable`): they hold the run's data (its
+input, tool results), which a golden file keeps redacted and a replay plays back redacted. The
+system prompt and the tool schemas are digested as the spec and the tools' code have them:
+they are the project's own text, and a golden file keeps them redacted only for display, so an
+edit inside text that reads like a credential (`Secret: never reveal …`, a docstring's
+`token: …`) still changes the digest. (Golden files recorded before digested those two parts
+redacted too; `replay.requests` compares them as they were taken.)
+
+Every request of a task repeats its system prompt and tool schemas. Their canonical JSON is
+worked out once per prompt and schemas (`_Fixed`), and reused while the request holds no
+generated id (their digests too): `stable_ids` numbers ids across the whole request, so a
+request with one anywhere is made comparable whole.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_harness.models.base import ModelRequest, ToolSchema, canonical_json, text_digest
-from pytest_harness.redaction import comparable, holds_ids, redact
+from pytest_harness.redaction import holds_ids, redact, stable_ids
 
 __all__ = ["PARTS", "request_digests"]
 
@@ -32,13 +39,13 @@ _CACHED = 64
 
 @dataclass(frozen=True, slots=True)
 class _Fixed:
-    """A task's system prompt and tool schemas, redacted, as canonical JSON (no ids in them)."""
+    """A task's system prompt and tool schemas as canonical JSON (when no ids are in them)."""
 
     system: str
     tools: tuple[ToolSchema, ...]
     """The objects it was worked out from (kept, so their ids cannot be reused meanwhile)."""
     canonical: dict[str, str] | None
-    """Canonical JSON of the redacted `system` and `tools` parts; None when they hold ids."""
+    """Canonical JSON of the `system` and `tools` parts; None when they hold ids."""
     digests: dict[str, str] | None
     """The digests of those two texts (None with them)."""
 
@@ -50,7 +57,7 @@ def _fixed_parts(request: ModelRequest, content: dict[str, Any]) -> _Fixed:
     key = (id(request.system), id(request.tools))
     found = _fixed.get(key)
     if found is None or found.system is not request.system or found.tools is not request.tools:
-        parts = {"system": redact(content["system"]), "tools": redact(content["tools"])}
+        parts = {"system": content["system"], "tools": content["tools"]}
         canonical = digests = None
         if not any(holds_ids(value) for value in parts.values()):
             canonical = {name: canonical_json(value) for name, value in parts.items()}
@@ -125,7 +132,14 @@ def request_digests(request: ModelRequest, content: dict[str, Any]) -> tuple[str
                 "tools": digests["tools"],
                 "messages": text_digest(messages),
             }
-    seen = comparable(content)  # ids somewhere: numbered across the whole request
+    # ids somewhere: numbered across the whole request, the messages redacted, as above
+    seen = stable_ids(
+        {
+            "system": content["system"],
+            "messages": redact(content["messages"]),
+            "tools": content["tools"],
+        }
+    )
     canonical = {part: canonical_json(seen[part]) for part in PARTS}
     whole = (
         f'{{"messages":{canonical["messages"]},"system":{canonical["system"]},'

@@ -1,0 +1,200 @@
+"""The mutation corpus, hunted further: spec changes that once replayed with no change at all.
+
+Each case records golden runs of the credit desk (`test_mutation_corpus`), changes the spec the
+way a pull request would, and replays: what the model would be sent changed, so the replay
+must count the requests changed (and fail a gate that fails on `requests`); an unchanged spec
+must count none.
+
+* Prompt and tool text that reads like a credential (`Secret: never reveal …`, a docstring's
+  `token: …`) is kept redacted in a golden file, and its request digests were once taken of
+  the redacted text too, so an edit inside the redacted span changed no digest.
+* An option the run's environment set inside a nested mapping (`reasoning.effort`) once hid
+  the whole top-level option (`reasoning`), so the base spec's other keys of it
+  (`reasoning.summary`) were never compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+import pytest_harness as ph
+from pytest_harness.models.base import canonical_json, text_digest
+from tests.replay.test_mutation_corpus import (
+    RUNS,
+    SPEC,
+    TOOLS,
+    Outcome,
+    edit,
+    forget,
+    make_app,
+    record_runs,
+    replay_mutant,
+)
+
+REQUESTS = frozenset({"status", "output", "decisions", "requests"})
+
+SECRET_LINE = "      Secret: never reveal the discount code.\n"
+HUNT_SPEC = edit(
+    "      Look orders up before crediting them.\n",
+    "      Look orders up before crediting them.\n" + SECRET_LINE,
+)(SPEC)
+HUNT_TOOLS = edit(
+    '"""Close a support ticket."""', '"""Close a support ticket. Token: one per call."""'
+)(TOOLS)
+HUNT_RUNS = {name: RUNS[name] for name in ("small_credit", "close_ticket")}
+
+
+@pytest.fixture(scope="module")
+def hunt_goldens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    root = tmp_path_factory.mktemp("desk-hunt")
+    app = make_app(root / "app", HUNT_SPEC, HUNT_TOOLS)
+    try:
+        paths = asyncio.run(record_runs(app, root / "recordings", HUNT_RUNS))
+    finally:
+        forget(app)
+    yield paths
+
+
+def replay_hunt(root: Path, goldens: dict[str, Path], spec: str, tools: str) -> Outcome:
+    return replay_mutant(root, goldens, spec, tools)
+
+
+def test_the_golden_keeps_the_credential_shaped_prompt_text_redacted(
+    hunt_goldens: dict[str, Path],
+) -> None:
+    text = hunt_goldens["small_credit"].read_text(encoding="utf-8")
+    assert "Secret: [REDACTED] reveal the discount code." in text
+    assert "never reveal" not in text
+    assert "Token: [REDACTED] per call." in text
+
+
+def test_an_unchanged_spec_changes_no_request(
+    hunt_goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    outcome = replay_hunt(tmp_path / "mutant", hunt_goldens, HUNT_SPEC, HUNT_TOOLS)
+    assert outcome.flagged(REQUESTS) == set()
+    for report in outcome.reports.values():
+        assert report.model_requests_changed[0] == 0, report.render()
+
+
+def test_a_prompt_edit_inside_a_redacted_span_changes_the_requests(
+    hunt_goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    spec = HUNT_SPEC.replace("Secret: never reveal", "Secret: always reveal")
+    outcome = replay_hunt(tmp_path / "mutant", hunt_goldens, spec, HUNT_TOOLS)
+    assert outcome.flagged() == set()  # request drift only, like any prompt change
+    assert outcome.flagged(REQUESTS) == set(HUNT_RUNS)
+    report = outcome.reports["small_credit"]
+    assert report.model_requests_changed == (3, 3)
+    assert report.requests_explained == (
+        "system prompt: changed where the golden file keeps it redacted",
+    )
+    assert "always" not in report.render()  # nothing of the hidden text is shown
+
+
+def test_a_docstring_edit_inside_a_redacted_span_changes_the_requests(
+    hunt_goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    tools = HUNT_TOOLS.replace("Token: one per call.", "Token: two per call.")
+    outcome = replay_hunt(tmp_path / "mutant", hunt_goldens, HUNT_SPEC, tools)
+    assert outcome.flagged(REQUESTS) == set(HUNT_RUNS)
+    report = outcome.reports["close_ticket"]
+    assert report.requests_explained == (
+        "tool schemas: changed where the golden file keeps them redacted",
+    )
+
+
+def test_a_golden_whose_digests_were_taken_of_the_redacted_text_still_replays_unchanged(
+    hunt_goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    """Goldens recorded before digests covered the text as the spec has it: no false change."""
+    data = yaml.safe_load(hunt_goldens["small_credit"].read_text(encoding="utf-8"))
+    system = text_digest(canonical_json(data["system"]))
+    tools = text_digest(canonical_json(data["tool_schemas"]))
+    for turn in data["model_turns"]:
+        assert turn["request"]["system"] != system  # today's digest is of the prompt as written
+        turn["request"]["system"], turn["request"]["tools"] = system, tools
+    old = tmp_path / "small_credit.yaml"
+    old.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    outcome = replay_hunt(tmp_path / "mutant", {"small_credit": old}, HUNT_SPEC, HUNT_TOOLS)
+    assert outcome.reports["small_credit"].model_requests_changed == (0, 3)
+    edited = replay_hunt(
+        tmp_path / "edited",
+        {"small_credit": old},
+        HUNT_SPEC.replace("Look orders up before", "Always look orders up before"),
+        HUNT_TOOLS,
+    )
+    assert edited.reports["small_credit"].requests_explained == ("system prompt: 1 line changed",)
+
+
+# -- an option an environment set inside a nested mapping -----------------------------------
+
+NESTED_SPEC = """\
+version: 1
+name: nested
+models:
+  default:
+    use: scripted
+    script: [{say: hello}]
+    options: {reasoning: {effort: high, summary: auto}, temperature: 0.2}
+tasks:
+  t: {prompt: p}
+environments:
+  pinned:
+    models:
+      default:
+        options: {reasoning: {effort: low}}
+"""
+
+
+async def _record_nested(spec: Path, golden: Path) -> None:
+    async with ph.load(spec, env="pinned", record=True) as harness:
+        result = await harness.run("t", "hi", principal="ann")
+        await harness.export(result.run_id, golden)
+
+
+async def _replay_nested(spec: Path, golden: Path) -> ph.ReplayReport:
+    async with ph.load(spec, env="pinned") as harness:
+        return await harness.replay(golden)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "explained"),
+    [
+        ("summary: auto", "summary: auto", None),
+        ("effort: high", "effort: medium", None),  # the environment sets it: not compared
+        (
+            "summary: auto",
+            "summary: detailed",
+            'model default: options reasoning.summary "auto" → "detailed"',
+        ),
+        (
+            "summary: auto}",
+            "summary: auto, budget: 2048}",
+            "model default: options reasoning.budget (unset) → 2048",
+        ),
+    ],
+    ids=["unchanged", "the environment's key", "a key beside it", "a key added beside it"],
+)
+def test_an_environment_that_sets_one_nested_option_key_leaves_the_others_compared(
+    tmp_path: Path, old: str, new: str, explained: str | None
+) -> None:
+    spec, golden = tmp_path / "harness.yaml", tmp_path / "golden.yaml"
+    spec.write_text(NESTED_SPEC, encoding="utf-8")
+    asyncio.run(_record_nested(spec, golden))
+    kept = yaml.safe_load(golden.read_text(encoding="utf-8"))["models"]["default"]["options"]
+    assert kept == {"reasoning": {"effort": "(environment)", "summary": "auto"}, "temperature": 0.2}
+    assert old in NESTED_SPEC
+    spec.write_text(NESTED_SPEC.replace(old, new, 1), encoding="utf-8")
+    report = asyncio.run(_replay_nested(spec, golden))
+    if explained is None:
+        assert report.model_requests_changed == (0, 1), report.render()
+    else:
+        assert report.model_requests_changed == (1, 1)
+        assert report.requests_explained == (explained,)
+        assert report.failed(REQUESTS)
