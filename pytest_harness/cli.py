@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from pytest_harness.cli_commands import _COMMANDS
@@ -35,7 +36,15 @@ from pytest_harness.cli_parser import (
 from pytest_harness.cli_parser import PROG as PROG
 from pytest_harness.errors import HarnessError
 
-__all__ = ["EXIT_DRIFT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "EXIT_DRIFT",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
 
 T = TypeVar("T")
 
@@ -72,23 +81,69 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with asyncio.Runner() as runner:
             runner.get_loop().set_default_executor(_DaemonThreads())
-            return runner.run(handler(args, out, err))
+            return runner.run(_terminable(handler(args, out, err)))
     except (HarnessError, OSError) as exc:
         _error(err, _message(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:
-        _error(err, _INTERRUPTED)
+        _error(err, f"interrupted; {_KEPT}")
         return EXIT_INTERRUPTED
+    except _Terminated:
+        _error(err, f"terminated (SIGTERM); {_KEPT}")
+        return EXIT_TERMINATED
 
 
 EXIT_INTERRUPTED = 130
 """The exit code of a command stopped by Ctrl-C (128 + SIGINT, as shells report it)."""
 
-_INTERRUPTED = (
-    "interrupted; what was committed is kept: a run this command was driving stays `running` "
+EXIT_TERMINATED = 143
+"""The exit code of a command stopped by SIGTERM (128 + SIGTERM, as shells report it)."""
+
+_KEPT = (
+    "what was committed is kept: a run this command was driving stays `running` "
     "from its last commit, with its lease released (`runs --status running` lists it; "
     "`worker` or `harness.resume(run_id)` continues it)"
 )
+
+
+class _Terminated(Exception):
+    """The command's coroutine was cancelled because the process got SIGTERM."""
+
+
+async def _terminable(work: Coroutine[Any, Any, int]) -> int:
+    """Await `work`; on SIGTERM, cancel it as Ctrl-C does, then raise `_Terminated`.
+
+    Without this, SIGTERM (`kill`, a container stop, a CI job's timeout) ended the process
+    where it stood: no message, and the lease of a run it was driving held until it expired
+    (`resume` refused with `RunBusy` meanwhile; 30 s by default). Now the drive unwinds like
+    one stopped by Ctrl-C: its lease is released and the store closed. A second SIGTERM
+    while it unwinds ends the process at once (the default action). `worker` installs its
+    own handler while it serves (a first signal stops it at a clean boundary).
+    """
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    terminated = False
+
+    def on_sigterm() -> None:
+        nonlocal terminated
+        terminated = True
+        loop.remove_signal_handler(signal.SIGTERM)  # the next one ends the process at once
+        if main is not None:
+            main.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
+        return await work  # no signal handlers here (Windows, or not the main thread)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if terminated and main is not None and main.uncancel() == 0:
+            raise _Terminated from None
+        raise
+    finally:
+        if not terminated:
+            loop.remove_signal_handler(signal.SIGTERM)
 
 
 class _DaemonThreads(concurrent.futures.ThreadPoolExecutor):

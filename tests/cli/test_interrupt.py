@@ -129,3 +129,29 @@ def test_a_tool_cut_off_by_its_timeout_does_not_hold_the_command_open(
     assert "status: completed" in out and "output: done" in out
     assert (root / "started").exists()
     assert took < 15
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_sigterm_during_a_blocked_tool_releases_the_lease_and_says_so(
+    folder: tuple[Path, str],
+) -> None:
+    root, module = folder
+    spec = root / "harness.yaml"
+    spec.write_text(SPEC.format(module=module, timeout=""), encoding="utf-8")
+    proc = start(root, "run", "t", "refund A-1", "harness.yaml")
+    wait_for_file(root / "started", proc)
+    proc.send_signal(signal.SIGTERM)
+    code, out, err, took = finish(proc, within=20)
+    # before: killed where it stood (-15), nothing on stderr, the lease held for 30 s
+    assert code == 143, (code, out, err)
+    assert took < 10
+    assert err.startswith("pytest-harness: error: terminated (SIGTERM);"), err
+    assert "Traceback" not in err and err.count("\n") == 1
+    async with ph.load(spec) as harness:
+        [summary] = await harness.runs()
+        record = await harness.store.get_run(summary.run_id)
+        assert (record.status, record.lease_owner) == ("running", None)  # lease released
+        resumed = await harness.resume(summary.run_id)  # no RunBusy: taken at once
+    assert resumed.status is ph.RunStatus.AWAITING_RESOLUTION
+    assert [p.call.name for p in resumed.pending] == ["stuck"]
