@@ -8,6 +8,11 @@ A synchronous callable runs in a worker thread (DESIGN §10), so while it blocks
 keeps running: the model's `timeout`, the task's `deadline` and the lease renewal still fire.
 A thread cannot be stopped: one that outlives its timeout runs on, and what it streams or
 returns after that is dropped.
+
+A callable that raises `SystemExit` (it called `sys.exit()`) or another `BaseException` of its
+own fails the run with a `HarnessError` naming the model and the callable, as a tool's would be
+its error outcome: it must not end the process, or a worker that resumes the run ends too.
+Ctrl-C (`KeyboardInterrupt`) and cancellation go through.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ from pytest_harness.models.base import (
 
 __all__ = ["FunctionProvider"]
 
+_NOT_THE_MODELS = (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)
+"""Raised through a model call, never turned into a failure: Ctrl-C and cancellation."""
+
 
 class FunctionProvider:
     """Answers model requests by calling a Python function."""
@@ -39,9 +47,17 @@ class FunctionProvider:
     name = "function"
     live = False
 
-    def __init__(self, fn: Callable[[ModelRequest], Any], *, model_name: str = "function") -> None:
+    def __init__(
+        self,
+        fn: Callable[[ModelRequest], Any],
+        *,
+        model_name: str = "function",
+        call: str | None = None,
+    ) -> None:
         self.fn = fn
         self.model_name = model_name
+        self.call = call
+        """The spec's `call: module:function`, for messages (None: given as a callable)."""
         self.is_async = _is_async(fn)
 
     @classmethod
@@ -56,13 +72,27 @@ class FunctionProvider:
         fn = import_callable(
             config.model.call, spec=config.spec, where=("models", config.name, "call")
         )
-        return cls(fn, model_name=config.name)
+        return cls(fn, model_name=config.name, call=config.model.call)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Call the function (a sync one in a worker thread) and normalise what it returns."""
-        answer = self.fn(request) if self.is_async else await self._in_thread(request)
-        if inspect.isawaitable(answer):
-            answer = await answer
+        try:
+            answer = self.fn(request) if self.is_async else await self._in_thread(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, _NOT_THE_MODELS):
+                raise
+            # sys.exit() in a model function ended the process, and every worker that
+            # resumed the run in turn (the run was left `running`)
+            where = f" ({self.call})" if self.call else ""
+            raise HarnessError(
+                f"function model {self.model_name!r}{where} raised {type(exc).__name__}"
+                f"({exc}); a model function must return a ModelResponse or a str, or raise "
+                "an Exception, not end the process"
+            ) from exc
         if isinstance(answer, ModelResponse):
             return answer
         if isinstance(answer, str):
