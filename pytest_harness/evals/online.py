@@ -138,13 +138,30 @@ class Grader:
         return Grade(grader=self.id, score=score, passed=passed, detail=detail or None)
 
     async def _call(self, subject: GradeInput) -> object:
-        value = self.check(subject)
-        if inspect.isawaitable(value):
-            value = await value
+        """Call the check; a `SystemExit` of its own is a `GraderError`, here.
+
+        Here, not in `grade`: this runs in `wait_for`'s task, and a `SystemExit` that leaves a
+        task stops the event loop, whoever awaits it (a grader's `sys.exit()` ended the process,
+        a worker included, with its store left open).
+        """
+        try:
+            value = self.check(subject)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, _NOT_THE_GRADERS):
+                raise
+            raise GraderError(f"{type(exc).__name__}: {exc}") from exc
         return value
 
     def _error(self, message: str) -> Grade:
         return Grade(grader=self.id, score=None, passed=False, error=message)
+
+
+_NOT_THE_GRADERS = (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)
+"""Raised through a grader, never its grade's error: Ctrl-C and cancellation."""
 
 
 def _score(value: object) -> tuple[float, str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pytest_harness.cel import CelError
+from pytest_harness.errors import HarnessError
 from pytest_harness.models.base import content_digest
 from pytest_harness.runtime.trace import Decision
 from pytest_harness.spec.schema import GuardAction, GuardSpec
@@ -156,7 +157,20 @@ def build_callable_checker(guard: GuardSpec, spec: Spec, where: KeyPath) -> Guar
     fn = import_callable(guard.check, spec=spec, where=(*where, "check"))
 
     def check(text: str, context: GuardContext) -> GuardHit | None:
-        verdict = fn(text, context)
+        try:
+            verdict = fn(text, context)
+        except Exception:
+            raise  # the run fails with it
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt | GeneratorExit):
+                raise
+            # sys.exit() in a guard ended the process, and every worker that resumed the
+            # run in turn (it was left `running`): the run fails instead
+            raise HarnessError(
+                f"guard {guard.id!r} ({guard.check}) raised {type(exc).__name__}({exc}) on "
+                f"the {context.on.replace('_', ' ')}; a guard function must return a verdict "
+                "or raise an Exception, not end the process"
+            ) from exc
         if not verdict:
             return None
         if isinstance(verdict, str):
