@@ -227,19 +227,36 @@ class SQLiteConnection(SQLStoreBase):
     # -- where statements run ------------------------------------------------------------
 
     def _submit(self, job: Callable[[sqlite3.Connection], T]) -> concurrent.futures.Future[T]:
-        """Queue `job` on the worker thread, with the configured busy timeout set."""
+        """Queue `job` on the worker thread, with the configured busy timeout set.
+
+        The future returned may be cancelled (its caller was); a job cancelled before it
+        started is skipped when the worker reaches it. `_last` is a future of the worker's
+        own, done only once the worker has reached the job (run or skipped): the future
+        returned is done at once when cancelled, while the job before it may still be
+        running, and the loop then used the connection inline at the same time as the
+        worker ('Recursive use of cursors not allowed', 'SQL statements in progress', or a
+        statement inside the worker's open transaction).
+        """
         conn, worker = self._conn, self._worker
         if conn is None or worker is None:  # pragma: no cover - callers open first
             raise StoreError(f"sqlite store {self.path} is not open")
         wanted = round(self.busy_timeout * 1000)
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
-        def run() -> T:
-            if self._busy_ms != wanted:
-                conn.execute(f"PRAGMA busy_timeout = {wanted}")
-                self._busy_ms = wanted
-            return job(conn)
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return  # its caller stopped waiting before it started
+            try:
+                if self._busy_ms != wanted:
+                    conn.execute(f"PRAGMA busy_timeout = {wanted}")
+                    self._busy_ms = wanted
+                result = job(conn)
+            except BaseException as exc:  # the caller's to judge, as in a pool's worker
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
 
-        self._last = future = worker.submit(run)
+        self._last = worker.submit(run)
         return future
 
     def _idle(self) -> bool:
