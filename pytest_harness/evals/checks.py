@@ -139,9 +139,8 @@ def _guard_check(check: str, grader: GraderSpec, spec: Spec, where: KeyPath) -> 
 
 def _callable(grader: GraderSpec, spec: Spec, where: KeyPath) -> GraderCheck:
     """`call: module:function`, called with the run's `RunResult` (in a thread when sync)."""
-    import asyncio
-
     from pytest_harness.importing import import_callable
+    from pytest_harness.threads import in_thread
 
     fn = import_callable(str(grader.call), spec=spec, where=(*where, "call"))
 
@@ -149,7 +148,7 @@ def _callable(grader: GraderSpec, spec: Spec, where: KeyPath) -> GraderCheck:
         if inspect.iscoroutinefunction(fn):
             answer = await fn(subject.result)
         else:
-            answer = await asyncio.to_thread(fn, subject.result)
+            answer = await in_thread(fn, subject.result)
             if inspect.isawaitable(answer):
                 answer = await answer
         if isinstance(answer, bool | int | float | Verdict):

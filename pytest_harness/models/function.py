@@ -34,6 +34,7 @@ from pytest_harness.models.base import (
     estimate_request_tokens,
     estimate_tokens,
 )
+from pytest_harness.threads import in_thread
 
 __all__ = ["FunctionProvider"]
 
@@ -111,7 +112,7 @@ class FunctionProvider:
         """
         sink = request.on_text
         if sink is None:
-            return await asyncio.to_thread(self.fn, request)
+            return await in_thread(self.fn, request)
         loop = asyncio.get_running_loop()
         live = True
 
@@ -126,7 +127,7 @@ class FunctionProvider:
                     loop.call_soon_threadsafe(deliver, delta)
 
         try:
-            return await asyncio.to_thread(self.fn, dataclasses.replace(request, on_text=on_text))
+            return await in_thread(self.fn, dataclasses.replace(request, on_text=on_text))
         finally:
             live = False
 

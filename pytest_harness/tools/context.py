@@ -2,7 +2,7 @@
 
 The context lives in a `contextvars.ContextVar`, so it follows the call into coroutines, tasks
 the tool starts, and the worker thread a sync tool with a timeout runs in
-(`asyncio.to_thread` copies the context).
+(`pytest_harness.threads.in_thread` copies the context).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from pytest_harness.errors import did_you_mean
 from pytest_harness.importing import import_callable
 from pytest_harness.models.base import ToolSchema
 from pytest_harness.store.helpers import utf8_error
+from pytest_harness.threads import in_thread
 from pytest_harness.tools.context import ToolContext, tool_context
 from pytest_harness.tools.outcome import OutcomeKind, ToolOutcome
 from pytest_harness.tools.plain import (
@@ -180,8 +181,9 @@ class Tool:
         `ToolOutcome`. `asyncio.CancelledError` propagates. Async functions are awaited; a sync
         function runs in a worker thread (DESIGN §10), so the timeout, the deadline and the
         lease renewal keep working while it blocks; that thread cannot be stopped and may run
-        on after a timeout. Artifacts the call attached through its context join the outcome's
-        `artifacts`.
+        on after a timeout, and nothing waits for it when the loop closes
+        (`pytest_harness.threads`). Artifacts the call attached through its context join the
+        outcome's `artifacts`.
         """
         outcome = await self._invoke(args, context, overall_timeout)
         if context.attached:
@@ -212,7 +214,7 @@ class Tool:
                     if self.is_async:
                         result = self.fn(**kwargs)
                     else:  # in a thread: the loop (lease renewal, other runs) keeps going
-                        result = await asyncio.to_thread(self.fn, **kwargs)
+                        result = await in_thread(self.fn, **kwargs)
                     if inspect.isawaitable(result):
                         result = await result
                 else:
@@ -275,7 +277,7 @@ class Tool:
                 return started.value
             pending: Any = started
         else:
-            pending = asyncio.to_thread(self.fn, **kwargs)
+            pending = in_thread(self.fn, **kwargs)
         timer = asyncio.timeout_at(since + limit)
         try:
             async with timer:
