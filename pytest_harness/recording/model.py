@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_harness.errors import HarnessError, RecordingError
+from pytest_harness.recording.kept import kept_trace
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.redaction import redact, redact_schema, stable_ids
 from pytest_harness.runtime.declared import DECLARED
@@ -307,7 +308,8 @@ class Recording:
 
         Credential-shaped keys and secret shapes in free text, in the input, principal,
         labels, history, model turns, tool calls and results, approvals (arguments, approver
-        and reason), output, error and trace: everything a golden file or a report shows.
+        and reason), output, error and trace: everything a golden file or a report shows (a
+        refusal message that redaction changed keeps its digest: `recording.kept`).
         Redaction is idempotent, so the copy's own `redacted()` is the copy itself.
         """
         if self._redacted:
@@ -347,7 +349,7 @@ class Recording:
             ),
             output=redact(self.output),
             error=None if self.error is None else redact(self.error),
-            trace=Trace.from_list(redact(self.trace.to_list())),
+            trace=Trace.from_list(kept_trace(self.trace.to_list())),
             grades=tuple(redact([dict(g) for g in self.grades])),
         )
         object.__setattr__(done, "_redacted", True)

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, cast
 from pytest_harness.errors import ApprovalDenied, HarnessError, ReplayDiverged
 from pytest_harness.models.base import Message
 from pytest_harness.principal import Principal
+from pytest_harness.recording.kept import kept_trace
 from pytest_harness.recording.model import STORED_FROM, Recording
-from pytest_harness.redaction import comparable, redact
+from pytest_harness.redaction import redact, stable_ids
 from pytest_harness.replay.report import (
     DecisionChange,
     Deferred,
@@ -158,13 +159,13 @@ async def replay(
         # Real tool results are raw, a golden file's are redacted: compare both redacted,
         # with generated ids made stable.
         decisions = diff_decisions(
-            Trace.from_list(comparable(recording.trace.to_list())),
-            Trace.from_list(comparable(result.trace.to_list())),
+            Trace.from_list(stable_ids(kept_trace(recording.trace.to_list()))),
+            Trace.from_list(stable_ids(kept_trace(result.trace.to_list()))),
         )
     elif divergence is None and result.trace != recording.trace:
-        decisions = diff_decisions(
-            Trace.from_list(redact(recording.trace.to_list())),
-            Trace.from_list(redact(result.trace.to_list())),
+        decisions = diff_decisions(  # redacted as golden files keep them (`recording.kept`)
+            Trace.from_list(kept_trace(recording.trace.to_list())),
+            Trace.from_list(kept_trace(result.trace.to_list())),
         )
     requests = request_changes(recording, replayed, tape.requests)
     not_regraded: tuple[str, ...] = ()

@@ -42,11 +42,12 @@ SECRET_LINE = "      Secret: never reveal the discount code.\n"
 HUNT_SPEC = edit(
     "      Look orders up before crediting them.\n",
     "      Look orders up before crediting them.\n" + SECRET_LINE,
-)(SPEC)
+)(edit("    action: block\n", "    action: block\n    message: 'Secret: never try that.'\n")(SPEC))
 HUNT_TOOLS = edit(
     '"""Close a support ticket."""', '"""Close a support ticket. Token: one per call."""'
 )(TOOLS)
-HUNT_RUNS = {name: RUNS[name] for name in ("small_credit", "close_ticket")}
+HUNT_RUNS = {name: RUNS[name] for name in ("small_credit", "close_ticket", "injection")}
+WITH_MODEL_TURNS = {"small_credit", "close_ticket"}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_a_prompt_edit_inside_a_redacted_span_changes_the_requests(
     spec = HUNT_SPEC.replace("Secret: never reveal", "Secret: always reveal")
     outcome = replay_hunt(tmp_path / "mutant", hunt_goldens, spec, HUNT_TOOLS)
     assert outcome.flagged() == set()  # request drift only, like any prompt change
-    assert outcome.flagged(REQUESTS) == set(HUNT_RUNS)
+    assert outcome.flagged(REQUESTS) == WITH_MODEL_TURNS
     report = outcome.reports["small_credit"]
     assert report.model_requests_changed == (3, 3)
     assert report.requests_explained == (
@@ -102,7 +103,7 @@ def test_a_docstring_edit_inside_a_redacted_span_changes_the_requests(
 ) -> None:
     tools = HUNT_TOOLS.replace("Token: one per call.", "Token: two per call.")
     outcome = replay_hunt(tmp_path / "mutant", hunt_goldens, HUNT_SPEC, tools)
-    assert outcome.flagged(REQUESTS) == set(HUNT_RUNS)
+    assert outcome.flagged(REQUESTS) == WITH_MODEL_TURNS
     report = outcome.reports["close_ticket"]
     assert report.requests_explained == (
         "tool schemas: changed where the golden file keeps them redacted",
@@ -130,6 +131,32 @@ def test_a_golden_whose_digests_were_taken_of_the_redacted_text_still_replays_un
         HUNT_TOOLS,
     )
     assert edited.reports["small_credit"].requests_explained == ("system prompt: 1 line changed",)
+
+
+def test_a_refusal_message_edited_inside_a_redacted_span_is_drift(
+    hunt_goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    """What the caller of a refused run is told is compared, even where the golden hides it."""
+    text = hunt_goldens["injection"].read_text(encoding="utf-8")
+    assert "message: 'Secret: [REDACTED] try that.'" in text
+    assert "    message_digest: sha256:" in text
+    spec = HUNT_SPEC.replace("Secret: never try", "Secret: always try")
+    outcome = replay_hunt(tmp_path / "mutant", hunt_goldens, spec, HUNT_TOOLS)
+    assert outcome.flagged() == {"injection"}
+    rendered = outcome.reports["injection"].render()
+    assert "~ step 0 output → refused (message_digest: 'sha256:" in rendered
+    assert "always" not in rendered
+
+
+def test_a_golden_recorded_before_refusal_messages_were_digested_compares_without_it(
+    hunt_goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    text = hunt_goldens["injection"].read_text(encoding="utf-8")
+    old = tmp_path / "injection.yaml"
+    kept = [line for line in text.splitlines() if "message_digest:" not in line]
+    old.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    outcome = replay_hunt(tmp_path / "mutant", {"injection": old}, HUNT_SPEC, HUNT_TOOLS)
+    assert outcome.verdicts == {"injection": "same"}
 
 
 # -- an option an environment set inside a nested mapping -----------------------------------
