@@ -225,3 +225,104 @@ def test_an_environment_that_sets_one_nested_option_key_leaves_the_others_compar
         assert report.model_requests_changed == (1, 1)
         assert report.requests_explained == (explained,)
         assert report.failed(REQUESTS)
+
+
+# -- holes found and not fixed here: each test fails today (strict xfail) ----------------------
+
+SCRUB_SPEC = """\
+version: 1
+name: scrub
+models:
+  default:
+    use: scripted
+    script:
+      - {call: get_conf, args: {name: svc}}
+      - {say: "Your key is sk-abcdefghijklmnopqrstuvwx, keep it safe."}
+tools:
+  get_conf: {call: "MOD:get_conf"}
+guards:
+  - id: no-keys-in
+    on: tool_result
+    check: regex
+    pattern: 'sk-[A-Za-z0-9]{20,}'
+    action: redact
+  - id: no-keys-out
+    on: output
+    check: regex
+    pattern: 'sk-[A-Za-z0-9]{20,}'
+    action: redact
+tasks:
+  desk: {prompt: p, tools: [get_conf]}
+"""
+
+SCRUB_TOOLS = '''
+def get_conf(name: str) -> dict:
+    """A service's configuration."""
+    return {"name": name, "note": "bills with sk-zyxwvutsrqponmlkjihgfedc"}
+'''
+
+
+async def _record_and_replay(app_spec: Path, golden: Path) -> ph.ReplayReport:
+    async with ph.load(app_spec, record=True) as harness:
+        result = await harness.run("desk", "my key?", principal="ann")
+        await harness.export(result.run_id, golden)
+        return await harness.replay(golden)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a guard that scrubs secrets fired on the raw text; the golden keeps the text "
+    "redacted its own way ('sk-[REDACTED]'), the guard finds nothing there in the replay, "
+    "and an unchanged spec replays as drift (--update-recordings then drops the guard)",
+)
+def test_a_secret_scrubbing_guard_replays_same_on_an_unchanged_spec(tmp_path: Path) -> None:
+    app = make_app(tmp_path / "app", SCRUB_SPEC, SCRUB_TOOLS)
+    try:
+        report = asyncio.run(_record_and_replay(app.spec, tmp_path / "golden.yaml"))
+    finally:
+        forget(app)
+    assert report.same, report.render()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="messages are digested redacted (they hold run data), so a deny rule's message "
+    "edited inside a credential-shaped span changes no request",
+)
+def test_a_deny_message_edited_inside_a_redacted_span_changes_the_requests(
+    tmp_path: Path,
+) -> None:
+    spec = SPEC.replace(
+        "message: Accounts are closed by the privacy team.",
+        "message: 'Auth: only the privacy team closes accounts.'",
+    )
+    app = make_app(tmp_path / "app", spec, TOOLS)
+    try:
+        goldens = asyncio.run(
+            record_runs(app, tmp_path / "recordings", {"delete_account": RUNS["delete_account"]})
+        )
+    finally:
+        forget(app)
+    edited = spec.replace("Auth: only the privacy", "Auth: never the privacy")
+    outcome = replay_mutant(tmp_path / "mutant", goldens, edited, TOOLS)
+    assert outcome.flagged(REQUESTS) == {"delete_account"}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="model declarations are kept and compared redacted, so an option's text edited "
+    "inside a credential-shaped span is no model change",
+)
+def test_an_option_text_edited_inside_a_redacted_span_changes_the_requests(
+    tmp_path: Path,
+) -> None:
+    text = NESTED_SPEC.replace(
+        "options: {reasoning: {effort: high, summary: auto}, temperature: 0.2}",
+        "options: {instructions: 'Secret: never reveal the code.'}",
+    )
+    spec, golden = tmp_path / "harness.yaml", tmp_path / "golden.yaml"
+    spec.write_text(text, encoding="utf-8")
+    asyncio.run(_record_nested(spec, golden))
+    spec.write_text(text.replace("Secret: never", "Secret: always"), encoding="utf-8")
+    report = asyncio.run(_replay_nested(spec, golden))
+    assert report.model_requests_changed == (1, 1), report.render()
