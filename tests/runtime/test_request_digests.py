@@ -1,4 +1,4 @@
-"""`request_digests` gives the digests `comparable` and `content_digest` give, cache or not."""
+"""`request_digests` gives the digests of the request as recordings compare it, cache or not."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pytest_harness.models.base import Message, ModelRequest, ToolSchema, content_digest
-from pytest_harness.redaction import comparable
+from pytest_harness.redaction import redact, stable_ids
 from pytest_harness.runtime.request_digests import PARTS, request_digests
 
 RUN = "run_" + "a" * 32
@@ -35,8 +35,13 @@ def request(system: str, messages: list[Message], tools: tuple[ToolSchema, ...] 
 
 
 def expected(req: ModelRequest) -> tuple[str, dict[str, str]]:
-    """The digests as `model.started` always took them: one comparable pass, four encodings."""
-    seen = comparable(req.content())
+    """The digests as the module's docstring describes them, in one pass and four encodings.
+
+    The messages are redacted; the system prompt and tool schemas are taken as they are (the
+    project's own text); generated ids are numbered across the whole request.
+    """
+    content = req.content()
+    seen = stable_ids({**content, "messages": redact(content["messages"])})
     return content_digest(seen), {part: content_digest(seen[part]) for part in PARTS}
 
 
@@ -52,7 +57,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_digests_are_those_of_the_comparable_request(case: str) -> None:
+def test_the_digests_are_those_of_the_request_as_recordings_compare_it(case: str) -> None:
     system, messages = CASES[case]
     req = request(system, messages)
     assert request_digests(req, req.content()) == expected(req)
