@@ -396,15 +396,20 @@ class DriverBase:
         """Extend the lease about every third of its length while the run is driven.
 
         When another worker has taken the run over, renewal stops; this worker's next commit
-        is then rejected by its stale fencing token and the run stops here.
+        is then rejected by its stale fencing token and the run stops here. Any other failure
+        (a write lock another process held past the busy timeout, a dropped connection) is
+        tried again at the next interval: giving up on the first would let the lease lapse
+        while the run is still driven here, and another worker take it over and run its tool
+        again.
         """
         interval = self.ctx.lease / 3
         while True:
             await asyncio.sleep(interval)
             try:
                 await self.ctx.store.renew_lease(self.record.run_id, self.token, self.ctx.lease)
-            except StoreError:
-                return
+            except StoreError as exc:
+                if exc.stale:
+                    return
 
     def _model_next(self) -> bool:
         """Whether the next thing this run does, from its committed state, is a model call."""
