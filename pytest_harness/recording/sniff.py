@@ -26,6 +26,7 @@ _RECORDING_KEYS = frozenset(
     {"format", "task", "input", "principal", "model_turns", "tool_results", "outcome", "trace"}
 )
 _SPEC_KEYS = frozenset({"tasks", "models", "tools"})
+_MATCH_ENTRY_KEYS = frozenset({"task", "input", "turns"})
 _LIMIT = 1 << 20
 """Bytes read at most: specs, baselines and scripts are held to 1 MiB when loaded too."""
 
@@ -34,9 +35,10 @@ def not_a_recording(path: Path) -> str | None:
     """What `path` holds when it is plainly not a recording, else None.
 
     `"a harness spec"` (a mapping with `tasks`, `models` or `tools`), `"a baseline"` (a
-    mapping with `locks`) or `"a model script"` (a list of scripted turns). None for an `.hx`
-    archive, a file that names the recording format or has a recording's keys, a file that
-    cannot be read or parsed, and anything else.
+    mapping with `locks`) or `"a model script"` (either shape `parse_script` takes: a list of
+    scripted turns, or a mapping with only `match`, a list of `{task, input, turns}` entries).
+    None for an `.hx` archive, a file that names the recording format or has a recording's
+    keys, a file that cannot be read or parsed, and anything else.
     """
     if path.suffix not in (".yaml", ".yml"):
         return None
@@ -58,11 +60,37 @@ def not_a_recording(path: Path) -> str | None:
             return "a harness spec"
         if "locks" in keys:
             return "a baseline"
+        if _is_match_script(document):
+            return "a model script"
         return None
-    if type(document) is list and document and all(_is_turn(turn) for turn in document):
+    if _is_turn_list(document):
         return "a model script"
     return None
 
 
+def _is_turn_list(turns: object) -> bool:
+    """A non-empty list of scripted turns (`- say: ...`, `- call: ...`)."""
+    return type(turns) is list and bool(turns) and all(_is_turn(turn) for turn in turns)
+
+
 def _is_turn(turn: object) -> bool:
     return type(turn) is dict and bool(turn) and all(k in TURN_KEYS for k in turn)
+
+
+def _is_match_script(document: dict[object, object]) -> bool:
+    """A script in `parse_script`'s mapping form: `{match: [{task, input, turns}, ...]}`.
+
+    The mapping has only `match`, a non-empty list whose every entry is a mapping with
+    `turns` (a list of turns) and no key but `task`, `input` and `turns`.
+    """
+    entries = document.get("match")
+    if set(document) != {"match"} or type(entries) is not list or not entries:
+        return False
+    return all(
+        type(entry) is dict
+        and "turns" in entry
+        and set(entry) <= _MATCH_ENTRY_KEYS
+        and type(entry["turns"]) is list
+        and all(_is_turn(turn) for turn in entry["turns"])
+        for entry in entries
+    )
