@@ -191,7 +191,8 @@ class RecordingItem(pytest.Item):
                 + "; re-record the run (its test with --record-recordings=all)"
             )
         elif failed:
-            hint = f"accept this drift with: pytest --update-recordings {shlex.quote(self.shown)}"
+            command = ["pytest", "--update-recordings", *settings.replay_args, self.shown]
+            hint = f"accept this drift with: {shlex.join(command)}"
         data = _report_data(report, outcome, settings, failed=failed)
         if hint is not None:
             data["hint"] = hint

@@ -82,6 +82,7 @@ class Settings:
         "record",
         "recordings",
         "replay",
+        "replay_args",
         "replay_tools",
         "reports",
         "rootpath",
@@ -106,6 +107,7 @@ class Settings:
         allow_live: bool = False,
         replay_tools: str | None = None,
         strict: str = "",
+        replay_args: tuple[str, ...] = (),
     ) -> None:
         self.rootpath = rootpath
         self.spec = spec
@@ -123,6 +125,14 @@ class Settings:
         """`--replay-tools`: `safe` runs the safe tools during replay; None runs none."""
         self.strict = strict
         """Why tests without golden files fail (`--harness-strict`, …), or "" when they do not."""
+        self.replay_args = replay_args
+        """The command-line options, not at their defaults, that change what a replay does.
+
+        `--harness-spec` and `--harness-env` when they differ from the ini's, and
+        `--replay-tools`: a command that repeats this session's replays (the hint that accepts
+        a drift with `--update-recordings`) passes them on. `--replay-fail-on` is not among
+        them: `--update-recordings` rewrites a file on any difference, counted or not.
+        """
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -138,11 +148,21 @@ class Settings:
         env_opt: str | None = opt.harness_env
         report_opts: list[str] | None = opt.harness_report
         fail_on: frozenset[str] | None = opt.harness_fail_on
-        spec = _path(spec_opt, here) if spec_opt else _path(config.getini("harness_spec"), ini_dir)
+        ini_spec = _path(config.getini("harness_spec"), ini_dir)
+        spec = _path(spec_opt, here) if spec_opt else ini_spec
+        ini_env = str(config.getini("harness_env"))
+        replay_tools: str | None = getattr(opt, "harness_replay_tools", None)
+        replay_args: list[str] = []
+        if spec != ini_spec:
+            replay_args.append(f"--harness-spec={_shown(spec, config.rootpath)}")
+        if env_opt is not None and env_opt != ini_env:
+            replay_args.append(f"--harness-env={env_opt}")
+        if replay_tools is not None:
+            replay_args.append(f"--replay-tools={replay_tools}")
         return cls(
             rootpath=config.rootpath,
             spec=spec,
-            env=env_opt if env_opt is not None else str(config.getini("harness_env")),
+            env=env_opt if env_opt is not None else ini_env,
             recordings=_path(config.getini("harness_recordings"), ini_dir),
             replay=bool(opt.harness_replay or opt.harness_update),
             fail_on=DEFAULT_FAIL_ON if fail_on is None else fail_on,
@@ -151,8 +171,9 @@ class Settings:
             prune=bool(opt.harness_prune),
             reports=tuple(_path(p, here) for p in report_opts or ()),
             allow_live=bool(opt.harness_allow_live),
-            replay_tools=getattr(opt, "harness_replay_tools", None),
+            replay_tools=replay_tools,
             strict=_strictness(config),
+            replay_args=tuple(replay_args),
         )
 
     @property
@@ -167,11 +188,15 @@ class Settings:
 
     def show(self, path: str | os.PathLike[str]) -> str:
         """`path` as messages show it: relative to the rootdir when inside it."""
-        absolute = Path(os.path.abspath(path))
-        try:
-            return absolute.relative_to(self.rootpath).as_posix()
-        except ValueError:
-            return str(absolute)
+        return _shown(path, self.rootpath)
+
+
+def _shown(path: str | os.PathLike[str], rootpath: Path) -> str:
+    absolute = Path(os.path.abspath(path))
+    try:
+        return absolute.relative_to(rootpath).as_posix()
+    except ValueError:
+        return str(absolute)
 
 
 def _strictness(config: pytest.Config) -> str:
