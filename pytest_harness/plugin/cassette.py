@@ -96,9 +96,10 @@ class Cassette:
                 f"{self.nodeid} has no golden file ({first}) to answer from; record it once "
                 f"with the live model: {self.record_new}"
             )
+        again = self.rerecord if self.settings.record is RecordMode.ALL else self.record_new
         return (
             f"--record-recordings={self.settings.record.value} calls the live model to write "
-            f"{first}, which needs --harness-allow-live: {self.record_new}"
+            f"{first}, which needs --harness-allow-live: {again}"
         )
 
     def started(self, run_id: str) -> None:
