@@ -8,7 +8,8 @@ Two passes make a value safe to leave the store (golden files, exports, reports,
   `secretKey`, `sessionToken`, `authToken`, `x-api-key` ([`is_credential_key`][]).
 - **Free text.** Every string is scanned for well-known secret shapes ([`SECRET_PATTERNS`][]:
   `Authorization: Bearer …`, `sk-…` and `sk-ant-…` keys, `ghp_…` tokens, AWS access key ids,
-  `scheme://user:password@host`, `password=…` pairs, `"token": "…"` inside text, JWTs,
+  `scheme://user:password@host` (the user may be empty, as in `redis://:password@host`),
+  `password=…` pairs, `"token": "…"` inside text, JWTs,
   private key blocks, …). The secret is replaced and its label kept
   (`Authorization: Bearer [REDACTED]`, `postgresql://app:[REDACTED]@db`, `sk-ant-[REDACTED]`).
   A plugin adds shapes through the `harness_redaction_patterns` hook ([`SecretPattern`][]).
@@ -166,7 +167,7 @@ SECRET_PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "url-credentials",
-        r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@\"'<>]+:(?P<secret>[^\s@/?#\"'<>]+)@",
+        r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@\"'<>]*:(?P<secret>[^\s@/?#\"'<>]+)@",
     ),
     SecretPattern(
         "quoted-key-value",

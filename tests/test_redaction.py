@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import string
 
 import pytest
 from hypothesis import given, settings
@@ -103,6 +104,8 @@ def test_ordinary_keys_are_kept(key: str) -> None:
         ("id AKIAIOSFODNN7EXAMPLE ok", "id AKIA[REDACTED] ok"),
         ("postgresql://app:hunter2@db/x", "postgresql://app:[REDACTED]@db/x"),
         ("https://user:p%40ss@example.com:8443/", "https://user:[REDACTED]@example.com:8443/"),
+        ("redis://:pass123@host", "redis://:[REDACTED]@host"),
+        ("REDIS_URL=rediss://:p%40ss@cache:6380/0", "REDIS_URL=rediss://:[REDACTED]@cache:6380/0"),
         ("password=hunter2&next=1", "password=[REDACTED]&next=1"),
         ("Your password: hunter2.", "Your password: [REDACTED]."),
         ("clientSecret = 'a b c'", "clientSecret = '[REDACTED]'"),
@@ -174,6 +177,27 @@ def test_redacting_text_never_fails_and_is_idempotent(text: str) -> None:
     assert redact_text(once) == once
 
 
+_URL_USER = st.text(alphabet=string.ascii_letters + string.digits + "-._~%!$&()*+,;", max_size=12)
+"""A URL's user, possibly empty (no `:` or `=`, so that no `key=value` shape is made of it)."""
+_URL_SECRET = st.text(
+    alphabet=string.ascii_letters + string.digits + "-._~%!$&()*+,;=:[]", min_size=1, max_size=12
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["redis", "rediss", "postgresql", "amqp", "https", "mongodb+srv"]),
+    _URL_USER,
+    _URL_SECRET,
+)
+def test_a_url_password_is_redacted_with_or_without_a_user(
+    scheme: str, user: str, secret: str
+) -> None:
+    # `redis://:password@host` (no user) is the usual Redis form
+    text = f"connect to {scheme}://{user}:{secret}@db.internal:6379/0 now"
+    assert redact_text(text) == f"connect to {scheme}://{user}:[REDACTED]@db.internal:6379/0 now"
+
+
 def _every_shape(text: str) -> str:
     """`redact_text` without the substring search that skips shapes: every shape runs."""
     for pattern in SECRET_PATTERNS:
@@ -211,6 +235,7 @@ _SHAPE_PIECES = st.sampled_from(
         "eyJhbGciOi",
         ".eyJzdWIi",
         "://user:",
+        "://:",
         "@host",
         "-----BEGIN RSA PRIVATE KEY-----",
         "-----END RSA PRIVATE KEY-----",
