@@ -185,9 +185,13 @@ def tool_conjunct(source: str) -> str | None:
 
 
 def _key_after(at: Callable[[int], _Token], i: int) -> str | None:
-    """The key read right after `args` at `i`: `args.x` or `args["x"]`, else None."""
+    """The key read right after `args` at `i`: `args.x` or `args["x"]`, else None.
+
+    `args.size()`, `args.exists(k, …)`: a name followed by `(` is a method called on the map,
+    not a key read.
+    """
     if at(i + 1) == ("op", ".") and at(i + 2)[0] == "name":
-        return at(i + 2)[1]
+        return None if at(i + 3) == ("op", "(") else at(i + 2)[1]
     if at(i + 1) == ("op", "[") and at(i + 2)[0] == "string" and at(i + 3) == ("op", "]"):
         return _literal(at(i + 2)[1])
     return None

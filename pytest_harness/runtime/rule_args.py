@@ -5,6 +5,12 @@ on every call, silently; here it is a `SpecError` at load, with a suggestion. Th
 applies to are those its condition names (`tool == "refund"`), else every tool of the tasks
 that use it. A key read only under `has(args.x)` or `"x" in args` is optional by design and
 is not checked.
+
+The tools a condition names are checked first: a name no tool of the spec has (`tool ==
+"refnd"`) would never match, silently, and is a `SpecError` with a suggestion. Any tool the
+spec declares counts, whichever tasks offer it (`pytest-harness mutate` takes a tool off a task
+and must still load). A baseline's rules are exempt from this (an org baseline names tools not
+every app has); their `args.` reads are still checked against the named tools this spec has.
 """
 
 from __future__ import annotations
@@ -21,11 +27,11 @@ __all__ = ["check_rule_arguments"]
 
 
 def check_rule_arguments(spec: Spec, tools: ToolSet) -> None:
-    """Raise `SpecError` for the first `args.<name>` no applicable tool takes."""
-    rules: list[tuple[KeyPath, RuleSpec]] = [
-        (("baseline", "rules", i), r) for i, r in enumerate(spec.baseline_rules)
+    """Raise `SpecError` for the first tool name or `args.<name>` a rule cannot apply to."""
+    rules: list[tuple[KeyPath, RuleSpec, bool]] = [
+        (("baseline", "rules", i), r, True) for i, r in enumerate(spec.baseline_rules)
     ]
-    rules += [(("rules", i), r) for i, r in enumerate(spec.document.rules)]
+    rules += [(("rules", i), r, False) for i, r in enumerate(spec.document.rules)]
     users: dict[str, list[str]] = {}
     for task in spec.document.tasks:
         for rule in spec.rules_for(task):
@@ -33,13 +39,19 @@ def check_rule_arguments(spec: Spec, tools: ToolSet) -> None:
                 users.setdefault(rule.id, [])
                 if name not in users[rule.id]:
                     users[rule.id].append(name)
-    for at, rule in rules:
+    for at, rule, from_baseline in rules:
         reads = argument_reads(rule.when)
+        when: KeyPath = (*at, "when")
+        if not from_baseline:
+            for name in reads.tools:
+                if name not in tools:
+                    hint = did_you_mean(name, tools.names())
+                    raise spec.error(f"rule {rule.id!r}: unknown tool {name!r}{hint}", when)
         if not reads.names:
             continue
         named = [t for t in reads.tools if t in tools]
         candidates = named if reads.tools else users.get(rule.id, [])
-        _check(spec, tools, (*at, "when"), reads.names, [t for t in candidates if t in tools])
+        _check(spec, tools, when, reads.names, [t for t in candidates if t in tools])
 
 
 def _check(

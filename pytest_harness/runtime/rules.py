@@ -5,20 +5,36 @@ decision, in spec order, even when another rule decides the call. Any matching `
 the call (the model is told the first deny's message); otherwise every matching `approve` rule
 needs its own approval; `allow` never overrides either. A condition that fails at run time (a
 missing key, a type mismatch) fails closed: the rule counts as matched, its effect applies, and
-its decision carries `error: <CEL message>`.
+its decision carries `error: <CEL message>`. A condition whose value is not a bool
+(`labels.flagged` on a string label, `size(args)`) is such an error too (`condition returned
+string, not a bool`): a rule that silently never matched is what failing closed prevents.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from pytest_harness.cel import CelError, CelProgram
 from pytest_harness.runtime.trace import Decision
 from pytest_harness.spec.schema import Effect, RuleSpec
 
-__all__ = ["RuleVerdict", "evaluate_rules"]
+__all__ = ["RuleVerdict", "cel_type_name", "evaluate_rules"]
+
+_CEL_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "bool"),
+    (str, "string"),
+    (int, "int"),
+    (float, "double"),
+    (bytes, "bytes"),
+    (list, "list"),
+    (dict, "map"),
+    (type(None), "null"),
+    (datetime, "timestamp"),
+    (timedelta, "duration"),
+)
 
 
 @dataclass(slots=True, unsafe_hash=True)  # not frozen: built per run, never changed
@@ -55,10 +71,16 @@ def evaluate_rules(
     for rule in rules:
         error: str | None = None
         try:
-            matched = programs[rule.id].evaluate(variables) is True
+            value = programs[rule.id].evaluate(variables)
         except CelError as exc:
             error = exc.message
             matched = True  # fail closed: the rule's effect applies
+        else:
+            if type(value) is bool:
+                matched = value
+            else:  # an evaluation error like any other: fail closed
+                error = f"condition returned {cel_type_name(value)}, not a bool"
+                matched = True
         if not matched:
             continue
         detail: dict[str, Any] = {"effect": rule.then.value, "tool": tool}
@@ -79,3 +101,11 @@ def evaluate_rules(
     if approves:
         return RuleVerdict(Effect.APPROVE, approves[0], tuple(decisions), tuple(approves))
     return RuleVerdict(Effect.ALLOW, None, tuple(decisions))
+
+
+def cel_type_name(value: object) -> str:
+    """The CEL name of the type of `value` as the binding returns it (`string`, `map`, …)."""
+    for python_type, name in _CEL_TYPES:
+        if isinstance(value, python_type):
+            return name
+    return type(value).__name__

@@ -266,7 +266,6 @@ async def test_without_a_tool_named_every_tool_of_the_tasks_using_the_rule_count
         'tool == "refund" && args["amount"] > 1',
         '"refund" == tool && args.amount > 1',
         'tool in ["refund", "explode"] && (args.amount > 1 || args.reason == "x")',
-        'tool == "nope" && args.whatever == 1',  # no such tool: nothing to check against
         'principal.id == "args.zzz"',  # inside a string, not a read
     ],
 )
