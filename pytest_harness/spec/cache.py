@@ -14,6 +14,11 @@ is evaluated. The entry is used only when its key matches the present exactly:
 - the names the installed plugins offer (model providers, stores, guard checks, graders),
   which the checks look names up in.
 
+The entry keeps the digest of the checked document alone; the spec's digest (`Spec.digest`)
+adds the bytes of the files the spec names (script files, schema files: `spec.digest`), hashed
+as they are at each load, so an edited script changes the digest of a cached spec too, and
+needs no new check of the spec.
+
 Anything else (the key differs, the file is truncated, its checksum fails, a value has the
 wrong type) means a miss: the spec is checked from its files as if there were no cache, and
 the entry is written again. A spec that fails its checks is never written, so every error is
@@ -39,6 +44,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pytest_harness.cel import CelProgram
 from pytest_harness.spec import stamps
+from pytest_harness.spec.digest import spec_digest
 from pytest_harness.spec.schema import GuardSpec, RuleSpec, SpecDocument
 from pytest_harness.spec.spec import KeyPath, Spec
 
@@ -59,8 +65,8 @@ __all__ = [
     "write",
 ]
 
-FORMAT = 1
-"""The layout of an entry; an entry of another layout is a miss."""
+FORMAT = 2
+"""The layout of an entry; an entry of another layout is a miss (2: the document's digest)."""
 DISABLE = "HARNESS_NO_SPEC_CACHE"
 """Set to anything but `""` or `0`, the cache is neither read nor written."""
 PLUGIN_HOOKS = (
@@ -228,11 +234,13 @@ def _spec(data: Mapping[str, Any]) -> Spec:
         locations[tuple(path)] = (_typed(str, file), _typed(int, line))
     baseline_path = data["baseline_path"]
     rules, guards, graders = program_sources(document, baseline_rules, baseline_guards)
+    path = Path(_typed(str, data["path"]))
+    document_digest = _typed(str, data["document_digest"])
     return Spec(
         document=document,
-        path=Path(_typed(str, data["path"])),
+        path=path,
         env=None if data["env"] is None else _typed(str, data["env"]),
-        digest=_typed(str, data["digest"]),
+        digest=spec_digest(document_digest, document, baseline_guards, path.parent, file_digest),
         locations=MappingProxyType(locations),
         rule_programs=LazyPrograms(rules),
         guard_programs=LazyPrograms(guards),
@@ -388,12 +396,15 @@ def write(
     record: bool | None,
     spec_sha: str | None,
     baseline_sha: str | None,
+    document_digest: str,
 ) -> None:
     """Keep `spec`, checked from a spec file of sha256 `spec_sha`, unless the files moved on.
 
     Nothing is written when a file changed since it was read (`spec_sha` and `baseline_sha`
-    are the digests of the bytes the checks read), when a value does not survive the trip
-    through JSON unchanged, or when the folder cannot be written.
+    are the digests of the bytes the checks read; a file the spec names, when the digest read
+    back differs), when a value does not survive the trip through JSON unchanged, or when the
+    folder cannot be written. `document_digest` is the digest of the document alone, as
+    `spec.build` computed it.
     """
     if spec_sha is None or file_digest(spec.path) != spec_sha:
         return
@@ -410,7 +421,7 @@ def write(
             "locations": [[list(p), f, line] for p, (f, line) in spec.locations.items()],
             "path": str(spec.path),
             "env": spec.env,
-            "digest": spec.digest,
+            "document_digest": document_digest,
             "baseline_path": None if spec.baseline_path is None else str(spec.baseline_path),
         }
         entry = {"key": _key(spec.path, spec_sha, spec.env, record, baseline), "spec": body}

@@ -45,9 +45,10 @@ def load_spec(
         spec_sha = spec_cache.file_digest(spec_path)
     from pytest_harness.spec.build import build_spec
 
-    spec, baseline = build_spec(spec_path, env_name, env_source, record, edit)
+    spec, baseline, document_digest = build_spec(spec_path, env_name, env_source, record, edit)
     if cached:
-        spec_cache.write(spec, record, spec_sha, baseline.sha256 if baseline else None)
+        baseline_sha = baseline.sha256 if baseline else None
+        spec_cache.write(spec, record, spec_sha, baseline_sha, document_digest)
     return spec
 
 

@@ -70,7 +70,8 @@ class Spec:
     path: Path
     env: str | None
     digest: str
-    """sha256 of the effective document in canonical JSON: equal specs, equal digests."""
+    """sha256 of the effective document in canonical JSON and of the files it names (script
+    and schema files, `spec.digest`): equal specs, equal digests; an edited script, another."""
     locations: Mapping[KeyPath, tuple[str, int]] = field(default_factory=dict)
     rule_programs: Mapping[str, CelProgram] = field(default_factory=dict)
     """Compiled `when` of every rule, by rule id."""

@@ -665,12 +665,15 @@ def test_baseline_lock_conflict_from_an_environment() -> None:
         with_baseline(edit(SPEC, "  record: true\n", ""))
         + "  rec:\n    state:\n      record: true\n"
     )
-    write(text)
-    assert load_spec("harness.yaml").document.state.record is False  # the lock applied
     err = load_error(text, env="rec")
     assert str(err) == (
         f"harness.yaml:{line_of(text, 'record: true')} state.record: locked to false by "
         "org-baseline.yaml (locks.state.record); environment 'rec' sets true"
+    )
+    err = load_error(text)  # every environment is checked, chosen or not
+    assert str(err) == (
+        f"harness.yaml:{line_of(text, 'record: true')} environments.rec.state.record: locked to "
+        "false by org-baseline.yaml (locks.state.record); environment 'rec' sets true"
     )
 
 
