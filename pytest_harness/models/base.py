@@ -7,10 +7,11 @@ the reverse.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+
+from pytest_harness.jsonfast import encoder
 
 if TYPE_CHECKING:
     from pytest_harness.errors import ModelError
@@ -181,13 +182,9 @@ def estimate_request_tokens(request: ModelRequest) -> int:
     return max(1, (size + 3) // 4)
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-"""`json.dumps(…, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`, made once."""
-
-
-def canonical_json(content: Any) -> str:
-    """The canonical JSON of `content`: sorted keys, no spaces, text as it is (not escaped)."""
-    return _CANONICAL.encode(content)
+canonical_json: Callable[[Any], str] = encoder(sort_keys=True, ensure_ascii=False)
+"""The canonical JSON of `content`: sorted keys, no spaces, text as it is (not escaped); the
+text of `json.dumps(…, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`."""
 
 
 def text_digest(canonical: str) -> str:

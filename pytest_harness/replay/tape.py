@@ -17,11 +17,11 @@ when that timeout is not today's, diverge (a run today would get a result the ta
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from pytest_harness.errors import ModelError, ReplayDiverged
+from pytest_harness.jsonfast import encoder
 from pytest_harness.models.base import (
     ModelRequest,
     ModelResponse,
@@ -43,13 +43,13 @@ from pytest_harness.tools.registry import ToolOutcome, timeout_text
 __all__ = ["Tape", "TapeModel", "TapeTool", "recorded_answer"]
 
 
-_KEY_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_key_json = encoder(sort_keys=True)
 """`json.dumps(…, sort_keys=True, separators=(",", ":"))`, made once."""
 
 
 def _key(name: str, args: Mapping[str, Any]) -> str:
     """Tool calls match by name and arguments (compared as canonical, redacted JSON)."""
-    return name + _KEY_JSON.encode(redact(dict(args)))
+    return name + _key_json(redact(dict(args)))
 
 
 def _raised(name: str, message: str) -> Exception:

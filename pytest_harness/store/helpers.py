@@ -7,11 +7,11 @@ sqlite and Postgres stores (and a plugin's) encode, parse and refuse alike. Impo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_harness.errors import ResolutionError, StoreError
+from pytest_harness.jsonfast import encoder
 
 if TYPE_CHECKING:
     from pytest_harness.store.base import Sample, StoredArtifact
@@ -44,41 +44,14 @@ def _json_default(value: object) -> object:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-_ENCODER = json.JSONEncoder(
+_encode: Callable[[object], str] = encoder(
     ensure_ascii=False,
-    separators=(",", ":"),
     allow_nan=False,
-    default=_json_default,
-    check_circular=False,  # a cycle ends in RecursionError, as deep nesting does: both caught
+    default=_json_default,  # a cycle ends in RecursionError, as deep nesting does: both caught
 )
-
-
-def _c_encoder() -> Callable[[object], str] | None:
-    """What `_ENCODER.encode` runs, made once; None when this Python has no C encoder.
-
-    With no circular check the C encoder keeps no state between calls, and a store encodes
-    some fifty payloads a run (DESIGN §12).
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    try:
-        encoder = make(  # type: ignore[misc]
-            None, _json_default, json.encoder.encode_basestring, None, ":", ",", False, False, False
-        )
-        if "".join(encoder({"a": [1.5, None, "é"]}, 0)) != '{"a":[1.5,null,"é"]}':
-            return None
-    except TypeError:  # none, or another signature
-        return None
-
-    def encode(value: object) -> str:
-        return "".join(encoder(value, 0))
-
-    return encode
-
-
-_encode: Callable[[object], str] = _c_encoder() or _ENCODER.encode
 json_text = _encode
-"""`_ENCODER.encode`, the same text and errors (`TypeError`, `ValueError`, `RecursionError`):
-for the parts of a `PreparedJSON`."""
+"""The store's encoding (compact, text as it is, no NaN), with its errors (`TypeError`,
+`ValueError`, `RecursionError`): for the parts of a `PreparedJSON`."""
 
 
 class PreparedJSON(dict[str, Any]):

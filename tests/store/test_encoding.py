@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_harness.errors import StoreError
-from pytest_harness.store.helpers import _ENCODER, encode_json
+from pytest_harness.store.helpers import _json_default, encode_json
 
 VALUES: list[Any] = [
     {"a": 1, "b": [1, 2.5, "é", None, True], "c": {"d": 'x\n"y"'}},
@@ -27,7 +27,10 @@ VALUES: list[Any] = [
 
 @pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
 def test_the_text_is_the_json_encoders(value: Any) -> None:
-    assert encode_json(value, "v") == _ENCODER.encode(value)
+    reference = json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_json_default
+    )
+    assert encode_json(value, "v") == reference.encode(value)
     assert json.loads(encode_json(value, "v")) == json.loads(
         json.dumps(value, default=dict, separators=(",", ":"))
     )
