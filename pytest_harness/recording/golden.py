@@ -7,9 +7,10 @@ Multi-line strings are written as literal blocks so a diff reads like prose; num
 written as decimals (`0.0000812`, never `8.12e-05`).
 
 Version 2 keeps the system prompt and the tool schemas once, and each model turn's request as
-the digests of its three parts (`system`, `tools`, `messages`), so a replay can say which part
-changed. A `@1` file (one digest per request, and the spec digest) is migrated on load: its
-turns keep the whole request's digest, and it is written as `@2` only when it is rewritten.
+the digests of its three parts (`system`, `tools`, `messages`; and `deny_messages` when those
+tell a deny message redaction changes), so a replay can say which part changed. A `@1` file
+(one digest per request, and the spec digest) is migrated on load: its turns keep the whole
+request's digest, and it is written as `@2` only when it is rewritten.
 Credential-shaped keys are redacted before anything is written. Writes are atomic (a temporary
 file in the same folder, then a rename), so a crash or two pytest-xdist workers never leave a
 half-written file. A file of a newer format is refused, naming both versions; an older one is
@@ -136,6 +137,8 @@ class _Request(_Strict):
     system: str | None = None
     tools: str | None = None
     messages: str | None = None
+    deny_messages: str | None = None
+    """Of the deny messages its messages hold that redaction changes (`runtime.request_digests`)."""
     digest: str | None = None
     """The whole request's digest (a turn migrated from `@1`)."""
 
@@ -400,6 +403,8 @@ def _turn(turn: _Turn) -> ModelTurn:
     parts = {"system": request.system, "tools": request.tools, "messages": request.messages}
     if all(isinstance(v, str) for v in parts.values()):
         full = {k: str(v) for k, v in parts.items()}
+        if request.deny_messages is not None:
+            full["deny_messages"] = request.deny_messages
         return ModelTurn(model=turn.model, digest=request.digest or "", answer=answer, parts=full)
     return ModelTurn(model=turn.model, digest=request.digest or "", answer=answer)
 

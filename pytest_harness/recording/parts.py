@@ -18,8 +18,10 @@ class ModelTurn:
     """One model request and the answer the run used (or the error it got).
 
     `parts` holds the digests of the request's system prompt, tool schemas and messages (what
-    a replay compares, part by part); `digest` is the digest of the whole request, the only
-    one a `@1` golden file kept (empty when the turn came from a `@2` file).
+    a replay compares, part by part), and `deny_messages` when the messages tell the model a
+    deny message that redaction changes (`runtime.request_digests`); `digest` is the digest of
+    the whole request, the only one a `@1` golden file kept (empty when the turn came from a
+    `@2` file).
     """
 
     model: str

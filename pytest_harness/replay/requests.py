@@ -13,6 +13,10 @@ inside text that reads like a credential changes the request, and is explained w
 either text (`system prompt: changed where the golden file keeps it redacted`). Golden files
 recorded before digested those two parts redacted: such a digest is recognised (it is that of
 the redacted text the file keeps) and compared with today's text redacted the same way.
+A turn whose messages told the model a deny message that redaction changes also keeps the
+digest of those messages as the spec has them (`deny_messages`): a different one (or none
+today) is a change of the messages, as an edit outside the hidden text is. A turn recorded
+before has none, and its messages are compared by their digest alone.
 
 The recording also keeps the spec's declaration of each model (`use`, `model`, `options`; what
 its environment set as `(environment)`), so a request asked of a model the spec has since
@@ -32,6 +36,7 @@ from pytest_harness.models.base import canonical_json, text_digest
 from pytest_harness.recording.model import REQUEST_PARTS, Recording
 from pytest_harness.redaction import comparable, redact
 from pytest_harness.runtime.declared import ENVIRONMENT
+from pytest_harness.runtime.request_digests import DENY_MESSAGES
 
 __all__ = ["RequestChanges", "request_changes"]
 
@@ -73,6 +78,9 @@ def request_changes(recording: Recording, replayed: Recording, asked: int) -> Re
                 for p in REQUEST_PARTS
                 if old.parts.get(p) != turn.parts.get(p) and not legacy.same(p, old.parts.get(p))
             }
+            told = old.parts.get(DENY_MESSAGES)  # absent: recorded before it was kept
+            if told is not None and told != turn.parts.get(DENY_MESSAGES):
+                differ.add("messages")  # a deny message edited where redaction hides it
             if differ or model is not None:
                 changed += 1
                 parts |= differ

@@ -309,9 +309,9 @@ class ModelCalls(DriverBase):
         from pytest_harness.runtime.request_digests import request_digests
 
         content = request.content()
-        # digests of the redacted request, so golden files compare equal: whole, and part
-        # by part, so a replay can say which part changed
-        digest, parts = request_digests(request, content)
+        # digests of the request as golden files compare it: whole, and part by part, so a
+        # replay can say which part changed (and of the task's hidden deny messages it holds)
+        digest, parts = request_digests(request, content, self.plan.rules)
         self.state.attempt = {"id": request.attempt_id, "model": link.name}
         delta = self._request_delta(request, content) if self.ctx.keep_requests else None
         payload = {

@@ -18,6 +18,15 @@ Every request of a task repeats its system prompt and tool schemas. Their canoni
 worked out once per prompt and schemas (`_Fixed`), and reused while the request holds no
 generated id (their digests too): `stable_ids` numbers ids across the whole request, so a
 request with one anywhere is made comparable whole.
+
+The messages also carry text of the spec: a `deny` rule's `message`, what the model is told
+when the rule denies a call, is the content of a tool message. Digested redacted with the rest
+of the messages, an edit inside text of it that reads like a credential (`Auth: only …`) would
+change no digest. So a request whose tool messages tell the model such a message (one that
+redaction changes) gets a fourth digest, `deny_messages`: of those messages' texts as the spec
+has them, in order (spec text only: the messages digest itself stays of the redacted run data).
+Which of a task's deny messages redaction changes is worked out once per task's rules
+(`_hidden_denials`); a task with none (the common case) costs no scan of the messages.
 """
 
 from __future__ import annotations
@@ -27,11 +36,14 @@ from typing import Any
 
 from pytest_harness.models.base import ModelRequest, ToolSchema, canonical_json, text_digest
 from pytest_harness.redaction import holds_ids, redact, stable_ids
+from pytest_harness.spec.schema import Effect, RuleSpec
 
-__all__ = ["PARTS", "request_digests"]
+__all__ = ["DENY_MESSAGES", "PARTS", "request_digests"]
 
 PARTS = ("system", "tools", "messages")
 """The parts of a model request a recording keeps a digest of, in the order it keeps them."""
+DENY_MESSAGES = "deny_messages"
+"""The digest, after `PARTS`, of the deny messages redaction changes that the messages hold."""
 
 _CACHED = 64
 """How many prompt-and-schemas pairs are remembered (a process has a few tasks)."""
@@ -118,8 +130,49 @@ def _messages_canonical(messages: Any) -> str | None:
     return f"[{','.join(parts)}]"
 
 
-def request_digests(request: ModelRequest, content: dict[str, Any]) -> tuple[str, dict[str, str]]:
-    """The digest of `content` (`request.content()`) as recordings compare it, and its parts'."""
+_denials: dict[int, tuple[tuple[RuleSpec, ...], frozenset[str]]] = {}
+"""A task's rules (by id, kept so the id cannot be reused) → the deny messages redaction changes."""
+
+
+def _hidden_denials(rules: tuple[RuleSpec, ...]) -> frozenset[str]:
+    """The `message`s of `rules` that deny and that redaction changes, once per rules."""
+    found = _denials.get(id(rules))
+    if found is None or found[0] is not rules:
+        hidden = frozenset(
+            rule.message
+            for rule in rules
+            if rule.then == Effect.DENY and rule.message and redact(rule.message) != rule.message
+        )
+        if len(_denials) >= _CACHED:
+            _denials.clear()
+        found = _denials[id(rules)] = (rules, hidden)
+    return found[1]
+
+
+def request_digests(
+    request: ModelRequest, content: dict[str, Any], rules: tuple[RuleSpec, ...] = ()
+) -> tuple[str, dict[str, str]]:
+    """The digest of `content` (`request.content()`) as recordings compare it, and its parts'.
+
+    With the task's `rules`, the parts also hold `DENY_MESSAGES` when the messages tell the
+    model a deny message that redaction changes.
+    """
+    digest, parts = _digests(request, content)
+    hidden = _hidden_denials(rules) if rules else None
+    if hidden:
+        told = [
+            text
+            for message in content["messages"]
+            if message.get("role") == "tool"
+            and isinstance(text := message.get("content"), str)
+            and text in hidden
+        ]
+        if told:
+            parts[DENY_MESSAGES] = text_digest(canonical_json(told))
+    return digest, parts
+
+
+def _digests(request: ModelRequest, content: dict[str, Any]) -> tuple[str, dict[str, str]]:
     fixed = _fixed_parts(request, content)
     if fixed.canonical is not None and fixed.digests is not None:
         messages = _messages_canonical(content["messages"])

@@ -11,6 +11,9 @@ must count none.
 * An option the run's environment set inside a nested mapping (`reasoning.effort`) once hid
   the whole top-level option (`reasoning`), so the base spec's other keys of it
   (`reasoning.summary`) were never compared.
+* A deny rule's message is the content of a tool message, and the messages are digested
+  redacted (they hold run data), so an edit inside its credential-shaped text (`Auth: only …`)
+  changed no digest; such a request now keeps `deny_messages`, digested as the spec has them.
 """
 
 from __future__ import annotations
@@ -227,6 +230,100 @@ def test_an_environment_that_sets_one_nested_option_key_leaves_the_others_compar
         assert report.failed(REQUESTS)
 
 
+# -- a deny rule's message that reads like a credential ----------------------------------------
+
+DENY_SPEC = SPEC.replace(
+    "message: Accounts are closed by the privacy team.",
+    "message: 'Auth: only the privacy team closes accounts.'",
+)
+DENY_RUNS = {"delete_account": RUNS["delete_account"]}
+
+
+@pytest.fixture(scope="module")
+def deny_goldens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    root = tmp_path_factory.mktemp("desk-deny")
+    app = make_app(root / "app", DENY_SPEC, TOOLS)
+    try:
+        paths = asyncio.run(record_runs(app, root / "recordings", DENY_RUNS))
+    finally:
+        forget(app)
+    yield paths
+
+
+def test_a_deny_message_edited_inside_a_redacted_span_changes_the_requests(
+    tmp_path: Path,
+) -> None:
+    spec = SPEC.replace(
+        "message: Accounts are closed by the privacy team.",
+        "message: 'Auth: only the privacy team closes accounts.'",
+    )
+    app = make_app(tmp_path / "app", spec, TOOLS)
+    try:
+        goldens = asyncio.run(
+            record_runs(app, tmp_path / "recordings", {"delete_account": RUNS["delete_account"]})
+        )
+    finally:
+        forget(app)
+    edited = spec.replace("Auth: only the privacy", "Auth: never the privacy")
+    outcome = replay_mutant(tmp_path / "mutant", goldens, edited, TOOLS)
+    assert outcome.flagged(REQUESTS) == {"delete_account"}
+    assert outcome.flagged() == set()  # request drift, as an edit outside the span is
+    report = outcome.reports["delete_account"]
+    assert report.model_requests_changed == (1, 2)
+    assert report.requests_explained == ("messages: from request 2",)
+    rendered = report.render()
+    assert "only the privacy" not in rendered
+    assert "never the privacy" not in rendered
+
+
+def test_a_deny_message_edited_outside_its_redacted_span_is_the_same_request_drift(
+    deny_goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    edited = DENY_SPEC.replace("closes accounts.", "closes every account.")
+    outcome = replay_mutant(tmp_path / "mutant", deny_goldens, edited, TOOLS)
+    assert outcome.flagged() == set()
+    report = outcome.reports["delete_account"]
+    assert report.model_requests_changed == (1, 2)
+    assert report.requests_explained == ("messages: from request 2",)
+
+
+def test_the_golden_keeps_a_digest_of_the_hidden_deny_message_and_never_its_text(
+    deny_goldens: dict[str, Path],
+) -> None:
+    text = deny_goldens["delete_account"].read_text(encoding="utf-8")
+    assert text.count("    deny_messages: sha256:") == 1  # request 2, the one that tells it
+    assert "only the privacy" not in text
+    assert "Auth:" not in text  # the messages are not kept, only their digests
+
+
+def test_an_unchanged_spec_changes_no_request_against_a_golden_with_deny_messages(
+    deny_goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    assert "deny_messages:" in deny_goldens["delete_account"].read_text(encoding="utf-8")
+    outcome = replay_mutant(tmp_path / "mutant", deny_goldens, DENY_SPEC, TOOLS)
+    assert outcome.verdicts == {"delete_account": "same"}
+    report = outcome.reports["delete_account"]
+    assert report.model_requests_changed == (0, 2), report.render()
+    assert "only the privacy" not in report.render()
+
+
+def test_a_golden_recorded_before_deny_messages_were_digested_compares_without_them(
+    deny_goldens: dict[str, Path], tmp_path: Path
+) -> None:
+    """Its messages digests are those of today's redacted messages: an unchanged spec, no change."""
+    text = deny_goldens["delete_account"].read_text(encoding="utf-8")
+    old = tmp_path / "delete_account.yaml"
+    kept = [line for line in text.splitlines() if "deny_messages:" not in line]
+    assert len(kept) < len(text.splitlines())  # it had one to drop
+    old.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    outcome = replay_mutant(tmp_path / "mutant", {"delete_account": old}, DENY_SPEC, TOOLS)
+    assert outcome.verdicts == {"delete_account": "same"}
+    assert outcome.reports["delete_account"].model_requests_changed == (0, 2)
+    edited = DENY_SPEC.replace("closes accounts.", "closes every account.")
+    outside = replay_mutant(tmp_path / "edited", {"delete_account": old}, edited, TOOLS)
+    assert outside.reports["delete_account"].requests_explained == ("messages: from request 2",)
+
+
 # -- holes found and not fixed here: each test fails today (strict xfail) ----------------------
 
 SCRUB_SPEC = """\
@@ -282,30 +379,6 @@ def test_a_secret_scrubbing_guard_replays_same_on_an_unchanged_spec(tmp_path: Pa
     finally:
         forget(app)
     assert report.same, report.render()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="messages are digested redacted (they hold run data), so a deny rule's message "
-    "edited inside a credential-shaped span changes no request",
-)
-def test_a_deny_message_edited_inside_a_redacted_span_changes_the_requests(
-    tmp_path: Path,
-) -> None:
-    spec = SPEC.replace(
-        "message: Accounts are closed by the privacy team.",
-        "message: 'Auth: only the privacy team closes accounts.'",
-    )
-    app = make_app(tmp_path / "app", spec, TOOLS)
-    try:
-        goldens = asyncio.run(
-            record_runs(app, tmp_path / "recordings", {"delete_account": RUNS["delete_account"]})
-        )
-    finally:
-        forget(app)
-    edited = spec.replace("Auth: only the privacy", "Auth: never the privacy")
-    outcome = replay_mutant(tmp_path / "mutant", goldens, edited, TOOLS)
-    assert outcome.flagged(REQUESTS) == {"delete_account"}
 
 
 @pytest.mark.xfail(

@@ -6,9 +6,17 @@ from typing import Any
 
 import pytest
 
-from pytest_harness.models.base import Message, ModelRequest, ToolSchema, content_digest
+from pytest_harness.models.base import (
+    Message,
+    ModelRequest,
+    ToolSchema,
+    canonical_json,
+    content_digest,
+    text_digest,
+)
 from pytest_harness.redaction import redact, stable_ids
-from pytest_harness.runtime.request_digests import PARTS, request_digests
+from pytest_harness.runtime.request_digests import DENY_MESSAGES, PARTS, request_digests
+from pytest_harness.spec.schema import Effect, RuleSpec
 
 RUN = "run_" + "a" * 32
 OTHER = "run_" + "b" * 32
@@ -121,3 +129,78 @@ def test_a_long_message_is_redacted_once_for_all_the_requests_that_repeat_it(
         assert request_digests(req, req.content()) == expected(req)
         messages = [*messages, {"role": "assistant", "content": f"turn {turn}"}]
     assert sum(1 for value in redacted if value == big) == 1
+
+
+# -- deny messages that redaction changes: digested as the spec has them ----------------------
+
+HIDDEN = "Auth: only the privacy team closes accounts."
+PLAIN = "Accounts are closed by the privacy team."
+
+
+def rules(*messages: str, then: Effect = Effect.DENY) -> tuple[RuleSpec, ...]:
+    return tuple(
+        RuleSpec(id=f"r{i}", when="true", then=then, message=m) for i, m in enumerate(messages)
+    )
+
+
+def told(*texts: str) -> list[Message]:
+    call = {"id": "c1", "name": "delete_account", "args": {}}
+    messages: list[Message] = [USER]
+    for text in texts:
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "content": text, "tool_call_id": "c1"},
+        ]
+    return messages
+
+
+def test_a_request_that_tells_a_hidden_deny_message_keeps_its_digest_as_the_spec_has_it() -> None:
+    req = request("You help.", told(HIDDEN, PLAIN, HIDDEN))
+    digest, parts = request_digests(req, req.content(), rules(HIDDEN, PLAIN))
+    assert (digest, {p: parts[p] for p in PARTS}) == expected(req)  # the messages: redacted
+    assert tuple(parts) == (*PARTS, DENY_MESSAGES)
+    assert parts[DENY_MESSAGES] == text_digest(canonical_json([HIDDEN, HIDDEN]))
+    edited = request("You help.", told(HIDDEN.replace("only", "never")))
+    _, again = request_digests(edited, edited.content(), rules(HIDDEN.replace("only", "never")))
+    first = request("You help.", told(HIDDEN))
+    _, before = request_digests(first, first.content(), rules(HIDDEN))
+    assert again["messages"] == before["messages"]  # the edit is inside the redacted span
+    assert again[DENY_MESSAGES] != before[DENY_MESSAGES]
+
+
+@pytest.mark.parametrize(
+    ("messages", "task_rules"),
+    [
+        (told(PLAIN), rules(PLAIN)),  # redaction changes nothing in it
+        (told(HIDDEN), rules(HIDDEN, then=Effect.APPROVE)),  # not a deny rule's
+        (told(), rules(HIDDEN)),  # not told yet (the first request)
+        ([{"role": "user", "content": HIDDEN}], rules(HIDDEN)),  # the run's input, not a tool's
+        (told(HIDDEN), ()),
+    ],
+    ids=["plain", "approve rule", "not told", "user message", "no rules"],
+)
+def test_no_deny_message_digest_without_a_hidden_deny_message_told(
+    messages: list[Message], task_rules: tuple[RuleSpec, ...]
+) -> None:
+    req = request("You help.", messages)
+    assert request_digests(req, req.content(), task_rules) == expected(req)
+
+
+def test_which_deny_messages_redaction_changes_is_worked_out_once_per_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The common case (no deny message reads like a credential) adds no redaction per request."""
+    from pytest_harness.runtime import request_digests as module
+
+    seen: list[object] = []
+
+    def counting(value: object) -> object:
+        seen.append(value)
+        return redact(value)
+
+    monkeypatch.setattr(module, "redact", counting)
+    task_rules = rules(PLAIN)
+    for turn in range(3):
+        req = request("You help.", [*told(PLAIN), {"role": "assistant", "content": f"t{turn}"}])
+        assert request_digests(req, req.content(), task_rules) == expected(req)
+    assert seen.count(PLAIN) == 1  # the rule's message, once; then remembered
