@@ -199,6 +199,8 @@ class _Model(_Strict):
     model: str | None = None
     options: dict[str, Any] | Literal["(environment)"] | None = None
     """`(environment)`: the run's environment set them whole (`runtime.declared.ENVIRONMENT`)."""
+    option_digests: dict[str, str] | None = None
+    """By option path, of each option value redaction changed, as the spec has it (`kept`)."""
 
 
 class _Turn(_Strict):

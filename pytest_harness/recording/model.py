@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_harness.errors import HarnessError, RecordingError
-from pytest_harness.recording.kept import kept_trace
+from pytest_harness.recording.kept import OPTION_DIGESTS, kept_models, kept_trace
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.redaction import redact, redact_schema, stable_ids
 from pytest_harness.runtime.declared import DECLARED
@@ -80,8 +80,9 @@ class Recording:
     """The tool schemas its model requests offered, kept once (None: not recorded)."""
     models: Mapping[str, Mapping[str, Any]] | None = None
     """The spec's declaration of each model its task may ask (`use`, `model`, `options`; what
-    the run's environment set kept as `(environment)`: `runtime.declared`), by name (None:
-    recorded before they were kept, and not compared)."""
+    the run's environment set kept as `(environment)`: `runtime.declared`; redacted, with the
+    digests of the options redaction changed: `recording.kept`), by name (None: recorded
+    before they were kept, and not compared)."""
     model_turns: tuple[ModelTurn, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     approvals: tuple[ApprovalDecision, ...] = ()
@@ -309,7 +310,8 @@ class Recording:
         Credential-shaped keys and secret shapes in free text, in the input, principal,
         labels, history, model turns, tool calls and results, approvals (arguments, approver
         and reason), output, error and trace: everything a golden file or a report shows (a
-        refusal message that redaction changed keeps its digest: `recording.kept`).
+        refusal message or a model option that redaction changed keeps its digest:
+        `recording.kept`).
         Redaction is idempotent, so the copy's own `redacted()` is the copy itself.
         """
         if self._redacted:
@@ -325,7 +327,7 @@ class Recording:
             tool_schemas=(
                 None if self.tool_schemas is None else tuple(redact_schema(list(self.tool_schemas)))
             ),
-            models=None if self.models is None else _redacted_models(self.models),
+            models=None if self.models is None else kept_models(self.models),
             model_turns=tuple(
                 replace(
                     t,
@@ -444,17 +446,13 @@ def _models(models: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]
     """The declarations as a golden file writes them, each one's keys in `DECLARED` order.
 
     Whatever order they were read in (a Temporal run started by a client with Temporal's
-    default converter hands its journal back with its keys sorted).
+    default converter hands its journal back with its keys sorted); a kept declaration's
+    `option_digests` (`recording.kept`) come last.
     """
     return {
-        name: {key: model[key] for key in DECLARED if key in model}
+        name: {key: model[key] for key in (*DECLARED, OPTION_DIGESTS) if key in model}
         for name, model in models.items()
     }
-
-
-def _redacted_models(models: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Each declaration redacted, the models' names kept (a model may be named `token`)."""
-    return {name: redact(dict(model)) for name, model in models.items()}
 
 
 def _kind(decision: Any) -> Any:

@@ -21,7 +21,11 @@ before has none, and its messages are compared by their digest alone.
 The recording also keeps the spec's declaration of each model (`use`, `model`, `options`; what
 its environment set as `(environment)`), so a request asked of a model the spec has since
 swapped, or whose options changed, counts as changed too: `model default: gpt-4.1-mini →
-gpt-4o`. A recording made before declarations were kept is compared without them.
+gpt-4o`. A recording made before declarations were kept is compared without them. Options are
+spec text: one that redaction changes is kept with the digest of its value as the spec has it,
+so an edit inside the hidden text is a changed option too (`model default: options
+instructions changed where the golden file keeps it redacted`); a golden recorded before such
+digests were kept compares those options redacted, as before.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_harness.models.base import canonical_json, text_digest
+from pytest_harness.recording.kept import OPTION_DIGESTS, kept_declaration
 from pytest_harness.recording.model import REQUEST_PARTS, Recording
 from pytest_harness.redaction import comparable, redact
 from pytest_harness.runtime.declared import ENVIRONMENT
@@ -172,14 +177,16 @@ def _model_change(
     What both declarations hold is compared, redacted as a golden file keeps it, but for
     values either side has as `ENVIRONMENT` (its run's environment set them; for `options`,
     option by option, and key by key within an option that is a mapping on both sides):
-    `runtime.declared`.
+    `runtime.declared`. An option that redaction changed is also compared by the digest of
+    its value as the spec has it, when both sides hold one (`recording.kept`), and shown as
+    changed where the golden file keeps it redacted.
     """
     if recording.models is None or replayed.models is None:
         return None
     was, now = recording.models.get(recorded), replayed.models.get(asked)
     if was is None or now is None or was == now:
         return None
-    was, now = redact(dict(was)), redact(dict(now))
+    was, now = kept_declaration(was), kept_declaration(now)
     shown = []
     named = [key for key in ("use", "model") if _compared(was, now, key) and was[key] != now[key]]
     if named:  # `gpt-4.1-mini → gpt-4o`, `openai gpt-4.1-mini → anthropic claude-sonnet-4`
@@ -188,8 +195,18 @@ def _model_change(
         before, after = was["options"] or {}, now["options"] or {}
         if isinstance(before, Mapping) and isinstance(after, Mapping):
             changed = _options_changed(before, after)
+            # an edit inside what redaction hides: the digests of the values as the spec has
+            # them differ (a path the golden holds none for was recorded before they were
+            # kept, or not hidden; one today holds none for is set by the environment, gone
+            # or not hidden: the redacted values show it)
+            recorded_digests = was.get(OPTION_DIGESTS) or {}
+            today_digests = now.get(OPTION_DIGESTS) or {}
+            for path, digest in recorded_digests.items():
+                if today_digests.get(path, digest) != digest and path not in changed:
+                    changed[path] = f"{_HIDDEN} it redacted"
             if changed:
-                shown.append(f"options {', '.join(changed)}")
+                options = (f"{path} {change}" for path, change in changed.items())
+                shown.append(f"options {', '.join(options)}")
     return "; ".join(shown) or None
 
 
@@ -204,21 +221,21 @@ def _named(declared: Mapping[str, Any], keys: Sequence[str]) -> str:
 
 def _options_changed(
     before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""
-) -> list[str]:
-    """`temperature 0 → 0.7`, `reasoning.summary "auto" → "detailed"`: each option that differs.
+) -> dict[str, str]:
+    """`{temperature: 0 → 0.7, reasoning.summary: "auto" → "detailed"}`: each option that differs.
 
     A value either side holds as `ENVIRONMENT` is not compared; an option that is a mapping on
     both sides is compared key by key (an environment may have set one key of it).
     """
-    changed = []
+    changed: dict[str, str] = {}
     for key in sorted({**before, **after}):
         was, now = before.get(key), after.get(key)
         if ENVIRONMENT in (was, now):
             continue
         if isinstance(was, Mapping) and isinstance(now, Mapping):
-            changed += _options_changed(was, now, f"{prefix}{key}.")
+            changed.update(_options_changed(was, now, f"{prefix}{key}."))
         elif key not in before or key not in after or was != now:
-            changed.append(f"{prefix}{key} {_option(before, key)} → {_option(after, key)}")
+            changed[f"{prefix}{key}"] = f"{_option(before, key)} → {_option(after, key)}"
     return changed
 
 

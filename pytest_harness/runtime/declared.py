@@ -13,7 +13,9 @@ replayed under another (a test marked `env="none"`, a gate on `offline`) without
 A replay compares what both declarations hold, but for values either side has as `ENVIRONMENT`
 (for `options`, option by option, and within an option that is a mapping key by key: the
 overlay is merged into the spec's mappings, so an environment that sets `reasoning.effort`
-leaves the spec's `reasoning.summary` in place, and compared).
+leaves the spec's `reasoning.summary` in place, and compared). What a golden file keeps of a
+declaration is redacted, with the digest of each option value redaction changed
+(`recording.kept`), so an edit inside an option's hidden text is compared too.
 
 `options` are kept as JSON values: YAML can give a date or a non-finite number, which the store
 cannot hold, so those are kept as text (`2024-01-01`, `inf`).

@@ -14,6 +14,9 @@ must count none.
 * A deny rule's message is the content of a tool message, and the messages are digested
   redacted (they hold run data), so an edit inside its credential-shaped text (`Auth: only …`)
   changed no digest; such a request now keeps `deny_messages`, digested as the spec has them.
+* Model declarations are kept and compared redacted, so an option edited inside its
+  credential-shaped text (`instructions: 'Secret: never …'`) was no model change; such a
+  declaration now keeps `option_digests`, by option path.
 """
 
 from __future__ import annotations
@@ -324,6 +327,172 @@ def test_a_golden_recorded_before_deny_messages_were_digested_compares_without_t
     assert outside.reports["delete_account"].requests_explained == ("messages: from request 2",)
 
 
+# -- a model option that reads like a credential ------------------------------------------
+
+OPTION_SPEC = NESTED_SPEC.replace(
+    "options: {reasoning: {effort: high, summary: auto}, temperature: 0.2}",
+    "options: {instructions: 'Secret: never reveal the code.', temperature: 0.2, "
+    "reasoning: {effort: high, summary: 'Token: abc123 only'}}",
+)
+
+
+def _option_golden(tmp_path: Path, text: str = OPTION_SPEC) -> tuple[Path, Path]:
+    spec, golden = tmp_path / "harness.yaml", tmp_path / "golden.yaml"
+    spec.write_text(text, encoding="utf-8")
+    asyncio.run(_record_nested(spec, golden))
+    return spec, golden
+
+
+def test_an_option_text_edited_inside_a_redacted_span_changes_the_requests(
+    tmp_path: Path,
+) -> None:
+    text = NESTED_SPEC.replace(
+        "options: {reasoning: {effort: high, summary: auto}, temperature: 0.2}",
+        "options: {instructions: 'Secret: never reveal the code.'}",
+    )
+    spec, golden = tmp_path / "harness.yaml", tmp_path / "golden.yaml"
+    spec.write_text(text, encoding="utf-8")
+    asyncio.run(_record_nested(spec, golden))
+    spec.write_text(text.replace("Secret: never", "Secret: always"), encoding="utf-8")
+    report = asyncio.run(_replay_nested(spec, golden))
+    assert report.model_requests_changed == (1, 1), report.render()
+    assert report.requests_explained == (
+        "model default: options instructions changed where the golden file keeps it redacted",
+    )
+    assert report.failed(REQUESTS)
+    assert report.same  # request drift, as any other option change
+    rendered = report.render()
+    assert "always" not in rendered
+    assert "never" not in rendered
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "explained"),
+    [
+        (
+            "Token: abc123 only",
+            "Token: xyz789 only",
+            "model default: options reasoning.summary changed where the golden file keeps it "
+            "redacted",
+        ),
+        (  # outside the span and inside it: shown as any option, redacted
+            "Secret: never reveal the code.",
+            "Secret: always reveal the key.",
+            'model default: options instructions "Secret: [REDACTED] reveal the code." → '
+            '"Secret: [REDACTED] reveal the key."',
+        ),
+        (
+            "temperature: 0.2",
+            "temperature: 0.3",
+            "model default: options temperature 0.2 → 0.3",
+        ),
+    ],
+    ids=["nested, inside the span", "inside and outside the span", "a plain option beside"],
+)
+def test_each_option_is_compared_by_what_the_golden_can_show(
+    tmp_path: Path, old: str, new: str, explained: str
+) -> None:
+    spec, golden = _option_golden(tmp_path)
+    spec.write_text(OPTION_SPEC.replace(old, new), encoding="utf-8")
+    report = asyncio.run(_replay_nested(spec, golden))
+    assert report.model_requests_changed == (1, 1), report.render()
+    assert report.requests_explained == (explained,)
+    assert "xyz789" not in report.render()
+
+
+def test_the_golden_keeps_option_digests_and_never_the_hidden_option_text(
+    tmp_path: Path,
+) -> None:
+    _, golden = _option_golden(tmp_path)
+    text = golden.read_text(encoding="utf-8")
+    kept = yaml.safe_load(text)["models"]["default"]
+    assert kept["options"]["instructions"] == "Secret: [REDACTED] reveal the code."
+    assert kept["options"]["reasoning"] == {
+        "effort": "(environment)",
+        "summary": "Token: [REDACTED] only",
+    }
+    assert list(kept) == ["use", "model", "options", "option_digests"]
+    assert list(kept["option_digests"]) == ["instructions", "reasoning.summary"]
+    assert kept["option_digests"]["instructions"] == text_digest(
+        canonical_json("Secret: never reveal the code.")
+    )
+    assert "never" not in text
+    assert "abc123" not in text
+
+
+def test_an_unchanged_spec_changes_no_request_against_a_golden_with_option_digests(
+    tmp_path: Path,
+) -> None:
+    spec, golden = _option_golden(tmp_path)
+    assert "option_digests:" in golden.read_text(encoding="utf-8")
+    report = asyncio.run(_replay_nested(spec, golden))
+    assert report.model_requests_changed == (0, 1), report.render()
+    assert report.same
+    again = tmp_path / "again.yaml"  # re-recorded from an unchanged run: the same bytes
+    asyncio.run(_record_nested(spec, again))
+    assert again.read_bytes() == golden.read_bytes()
+    updated = report.replayed.save(tmp_path / "updated.yaml")  # as --update-recordings writes
+    assert updated.read_bytes() == golden.read_bytes()
+    resaved = ph.Recording.load(golden).save(tmp_path / "resaved.yaml")  # loaded, written again
+    assert resaved.read_bytes() == golden.read_bytes()
+
+
+def test_a_golden_recorded_before_option_digests_were_kept_compares_the_options_redacted(
+    tmp_path: Path,
+) -> None:
+    spec, golden = _option_golden(tmp_path)
+    data = yaml.safe_load(golden.read_text(encoding="utf-8"))
+    assert data["models"]["default"].pop("option_digests")
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    report = asyncio.run(_replay_nested(spec, old))
+    assert report.model_requests_changed == (0, 1), report.render()
+    spec.write_text(OPTION_SPEC.replace("temperature: 0.2", "temperature: 0.3"), encoding="utf-8")
+    edited = asyncio.run(_replay_nested(spec, old))
+    assert edited.requests_explained == ("model default: options temperature 0.2 → 0.3",)
+
+
+def test_an_environment_that_sets_a_hidden_option_leaves_it_uncompared(tmp_path: Path) -> None:
+    """A golden recorded without the environment that pins a hidden option: no false change."""
+    text = OPTION_SPEC.replace(
+        "options: {reasoning: {effort: low}}",
+        "options: {reasoning: {effort: low}, instructions: 'Secret: pinned by CI.'}",
+    )
+    spec, golden = tmp_path / "harness.yaml", tmp_path / "golden.yaml"
+    spec.write_text(text, encoding="utf-8")
+    asyncio.run(_record_plain(spec, golden))
+    assert "option_digests:" in golden.read_text(encoding="utf-8")
+    report = asyncio.run(_replay_nested(spec, golden))  # under `pinned`
+    assert report.model_requests_changed == (0, 1), report.render()
+
+
+def test_an_option_under_a_credential_shaped_key_keeps_its_digest_through_a_load(
+    tmp_path: Path,
+) -> None:
+    """`api_key` is redacted by its key: its digest is kept under that key, never redacted."""
+    text = OPTION_SPEC.replace("temperature: 0.2", "headers: {x-api-key: hunter22}")
+    spec, golden = _option_golden(tmp_path, text)
+    digests = yaml.safe_load(golden.read_text(encoding="utf-8"))["models"]["default"][
+        "option_digests"
+    ]
+    assert digests["headers.x-api-key"] == text_digest(canonical_json("hunter22"))
+    resaved = ph.Recording.load(golden).save(tmp_path / "resaved.yaml")
+    assert resaved.read_bytes() == golden.read_bytes()
+    assert asyncio.run(_replay_nested(spec, golden)).model_requests_changed == (0, 1)
+    spec.write_text(text.replace("hunter22", "hunter23"), encoding="utf-8")
+    report = asyncio.run(_replay_nested(spec, golden))
+    assert report.requests_explained == (
+        "model default: options headers.x-api-key changed where the golden file keeps it redacted",
+    )
+    assert "hunter" not in report.render()
+
+
+async def _record_plain(spec: Path, golden: Path) -> None:
+    async with ph.load(spec, record=True) as harness:
+        result = await harness.run("t", "hi", principal="ann")
+        await harness.export(result.run_id, golden)
+
+
 # -- holes found and not fixed here: each test fails today (strict xfail) ----------------------
 
 SCRUB_SPEC = """\
@@ -379,23 +548,3 @@ def test_a_secret_scrubbing_guard_replays_same_on_an_unchanged_spec(tmp_path: Pa
     finally:
         forget(app)
     assert report.same, report.render()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="model declarations are kept and compared redacted, so an option's text edited "
-    "inside a credential-shaped span is no model change",
-)
-def test_an_option_text_edited_inside_a_redacted_span_changes_the_requests(
-    tmp_path: Path,
-) -> None:
-    text = NESTED_SPEC.replace(
-        "options: {reasoning: {effort: high, summary: auto}, temperature: 0.2}",
-        "options: {instructions: 'Secret: never reveal the code.'}",
-    )
-    spec, golden = tmp_path / "harness.yaml", tmp_path / "golden.yaml"
-    spec.write_text(text, encoding="utf-8")
-    asyncio.run(_record_nested(spec, golden))
-    spec.write_text(text.replace("Secret: never", "Secret: always"), encoding="utf-8")
-    report = asyncio.run(_replay_nested(spec, golden))
-    assert report.model_requests_changed == (1, 1), report.render()
