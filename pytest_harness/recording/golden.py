@@ -44,6 +44,7 @@ from pydantic import (
 
 from pytest_harness.errors import ArchiveError, SpecError
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
+from pytest_harness.runtime.request_digests import DENY_MESSAGES
 from pytest_harness.runtime.results import RunStatus
 from pytest_harness.runtime.trace import Decision, Trace
 from pytest_harness.tools.outcome import OK_KINDS, OutcomeKind
@@ -406,7 +407,7 @@ def _turn(turn: _Turn) -> ModelTurn:
     if all(isinstance(v, str) for v in parts.values()):
         full = {k: str(v) for k, v in parts.items()}
         if request.deny_messages is not None:
-            full["deny_messages"] = request.deny_messages
+            full[DENY_MESSAGES] = request.deny_messages
         return ModelTurn(model=turn.model, digest=request.digest or "", answer=answer, parts=full)
     return ModelTurn(model=turn.model, digest=request.digest or "", answer=answer)
 
