@@ -7,11 +7,13 @@ message that reads like a credential (`Secret: never try that.`) is kept as `Sec
 Such a decision also keeps `message_digest`, the digest of the message as the spec has it (only
 when redaction changed the message: spec text, like the prompt a request digest covers).
 
-A model's declaration (`runtime.declared`) holds its `options`, spec text too: an option that
-reads like a credential (`instructions: 'Secret: never reveal …'`, an `api_key`) is kept
-redacted, and the declaration also keeps `option_digests`, by option path (`instructions`,
+A model's declaration (`runtime.declared`) holds its `options`, spec text too: an option whose
+text reads like a credential (`instructions: 'Secret: never reveal …'`) is kept redacted, and
+the declaration also keeps `option_digests`, by option path (`instructions`,
 `reasoning.summary`: each value that is not a mapping, as `replay.requests` compares options),
-the digest of each value that redaction changed, as the spec has it.
+the digest of each value that redaction changed, as the spec has it. An option under a
+credential-named key (`api_key`, `headers.x-api-key`) is a secret, not behaviour: it is
+redacted and gets no digest.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_harness.models.base import canonical_json, text_digest
-from pytest_harness.redaction import redact
+from pytest_harness.redaction import is_credential_key, redact
 
 __all__ = ["MESSAGE_DIGEST", "OPTION_DIGESTS", "kept_declaration", "kept_models", "kept_trace"]
 
@@ -70,9 +72,15 @@ def kept_declaration(model: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _hidden(raw: Mapping[str, Any], shown: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """`{path: digest}` of each value of `raw` that its redacted form `shown` holds otherwise."""
+    """`{path: digest}` of each value of `raw` that its redacted form `shown` holds otherwise.
+
+    A value under a credential-named key (`api_key`, `x-api-key`) gets none: it is a secret,
+    not behaviour, and a digest of a short one would give it away to anyone who guesses it.
+    """
     found: dict[str, str] = {}
     for key, value in raw.items():
+        if isinstance(key, str) and is_credential_key(key):
+            continue
         kept = shown.get(key)
         if isinstance(value, Mapping) and isinstance(kept, Mapping):
             found.update(_hidden(value, kept, f"{prefix}{key}."))

@@ -29,8 +29,7 @@ def test_an_option_redaction_changes_is_kept_redacted_with_the_digest_of_its_val
         "reasoning": {"effort": "(environment)", "summary": "Token: [REDACTED] only"},
         "headers": {"x-api-key": "[REDACTED]"},
     }
-    assert kept[OPTION_DIGESTS] == {
-        "headers.x-api-key": text_digest(canonical_json({"value": "hunter22"})),
+    assert kept[OPTION_DIGESTS] == {  # none of the credential: a secret, not behaviour
         "instructions": text_digest(canonical_json(HIDDEN)),
         "reasoning.summary": text_digest(canonical_json("Token: abc123 only")),
     }
@@ -40,7 +39,19 @@ def test_an_option_redaction_changes_is_kept_redacted_with_the_digest_of_its_val
 def test_keeping_a_kept_declaration_again_changes_nothing() -> None:
     kept = kept_declaration(declared(instructions=HIDDEN, api_key="sk-" + "a" * 40))
     assert kept_declaration(kept) == kept
-    assert kept[OPTION_DIGESTS]["api_key"].startswith("sha256:")  # never redacted itself
+    assert list(kept[OPTION_DIGESTS]) == ["instructions"]
+
+
+def test_no_value_under_a_credential_named_key_is_digested() -> None:
+    """A short password's digest would give it away to anyone who guesses it."""
+    for options in (
+        {"api_key": "hunter22"},
+        {"headers": {"X-Api-Key": "hunter22", "Authorization": "Bearer hunter22"}},
+        {"auth": {"password": "hunter22"}},
+    ):
+        kept = kept_declaration(declared(**options))
+        assert OPTION_DIGESTS not in kept, kept
+        assert "hunter22" not in repr(kept)
 
 
 def test_a_declaration_redaction_leaves_alone_keeps_no_digests() -> None:
