@@ -24,13 +24,13 @@ import pytest
 
 from pytest_harness.errors import HarnessError
 from pytest_harness.plugin.settings import REPLAY_PROPERTY, REPLAY_SESSION, SETTINGS, Settings
+from pytest_harness.recording.model import Recording
 
 if TYPE_CHECKING:
     import asyncio
 
     from _pytest._code.code import ExceptionInfo, TerminalRepr, TracebackStyle
 
-    from pytest_harness.recording.model import Recording
     from pytest_harness.replay.report import ReplayReport
     from pytest_harness.runtime.harness import Harness
 
@@ -126,12 +126,10 @@ class RecordingItem(pytest.Item):
         """Load the recording and the spec's harness; any problem is an error naming the file."""
         settings = self._settings
         try:
-            from dataclasses import replace
-
-            from pytest_harness.recording.model import Recording
-
-            recording = replace(Recording.load(self.path), source=Path(self.shown))
-            session = self.config.stash.setdefault(REPLAY_SESSION, ReplaySession())
+            recording = Recording.load(self.path, source=self.shown)
+            session = self.config.stash.get(REPLAY_SESSION, None)
+            if session is None:
+                session = self.config.stash[REPLAY_SESSION] = ReplaySession()
             harness = session.harness(settings.spec, settings.env)
             harness.spec.task(recording.task)
         except HarnessError as exc:

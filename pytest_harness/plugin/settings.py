@@ -192,11 +192,21 @@ class Settings:
 
 
 def _shown(path: str | os.PathLike[str], rootpath: Path) -> str:
-    absolute = Path(os.path.abspath(path))
+    absolute = os.path.abspath(path)
+    root = str(rootpath)
+    inside = root if root.endswith(os.sep) else root + os.sep
+    if (
+        absolute.startswith(inside)
+        and len(absolute) > len(inside)
+        and not absolute.startswith(os.sep, len(inside))
+    ):
+        # inside the rootdir, as its name says (every replayed file): string work, as pathlib
+        # (which keeps POSIX's `//x` apart from `/x`)
+        return absolute[len(inside) :].replace(os.sep, "/")
     try:
-        return absolute.relative_to(rootpath).as_posix()
+        return Path(absolute).relative_to(rootpath).as_posix()
     except ValueError:
-        return str(absolute)
+        return absolute
 
 
 def _strictness(config: pytest.Config) -> str:

@@ -261,25 +261,31 @@ class Recording:
         )
 
     @classmethod
-    def load(cls, path: str | Path) -> Recording:
+    def load(cls, path: str | Path, *, source: str | Path | None = None) -> Recording:
         """Load a golden recording file (`.yaml`) or a `.hx` archive exported with payloads.
 
+        `source`: how the recording names its file (`Recording.source`; default `path`).
         `ArchiveError` when it is malformed, or when the archive holds no payloads (it was
         exported metadata-only) and so cannot be replayed.
         """
         path = Path(path)
         if path.suffix == ".hx":
-            return cls.from_archive(path)
+            return cls.from_archive(path, source=source)
         from pytest_harness.recording.golden import recording_fields
 
-        return cls(**recording_fields(path))
+        fields = recording_fields(path)
+        if source is not None:
+            fields["source"] = Path(source)
+        return cls(**fields)
 
     @classmethod
-    def from_archive(cls, path: str | os.PathLike[str]) -> Recording:
+    def from_archive(
+        cls, path: str | os.PathLike[str], *, source: str | Path | None = None
+    ) -> Recording:
         """The recording of a `.hx` archive exported with payloads (any file name).
 
-        `ArchiveError` when the archive is malformed, holds no payloads, or its records do not
-        make a recording.
+        `source`: how the recording names its file (default `path`). `ArchiveError` when the
+        archive is malformed, holds no payloads, or its records do not make a recording.
         """
         from pytest_harness.archive.reader import replayable_records
         from pytest_harness.errors import ArchiveError
@@ -293,7 +299,7 @@ class Recording:
         except (HarnessError, AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ArchiveError(f"{shown}: its records do not make a recording: {exc}") from None
         check_recording(data, shown)  # what a golden file is checked for, before any replay
-        return replace(recording, source=Path(shown))
+        return replace(recording, source=Path(shown if source is None else source))
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the recording as a golden file, atomically.
