@@ -43,6 +43,8 @@ _BAD_ASCII = tuple(chr(c) for c in (*range(0x0A), *range(0x0B, 0x20), 0x7F))
 """`_BAD_TEXT`'s characters in ASCII: the controls but the line break, and DEL. An ASCII text
 is searched for each (a `str` search for one character runs at memory speed), a tenth of what
 the character class costs over a golden file."""
+_AFTER_COLON = ("", " ")
+"""What follows the colon of a `key:` or `key: value` entry."""
 _HINTS = "123456789"
 """A literal block's indentation indicator (YAML takes 1-9, in ASCII digits only)."""
 _LONGEST_KEY = 128
@@ -50,6 +52,8 @@ _LONGEST_KEY = 128
 implicit key of at most 1,024 characters)."""
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 _FLOAT = re.compile(r"-?[0-9]+\.[0-9]+\Z")
+_NUMBER_START = frozenset("-0123456789")
+"""The first characters of what `_INT` and `_FLOAT` match."""
 _WORDS: dict[str, Any] = {
     **dict.fromkeys(("null", "Null", "NULL", "~"), None),
     **dict.fromkeys(("true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"), True),
@@ -104,6 +108,21 @@ def _bad_text(text: str) -> bool:
     return _BAD_TEXT.search(text) is not None
 
 
+def _key_entry(content: str) -> tuple[str, str | None]:
+    """The key and the rest of a mapping entry `content` (`_KEY` or `_QUOTED_KEY`)."""
+    match = _KEY.match(content)
+    if match is not None:
+        key, rest = match.groups()
+        if key in _WORDS:  # a key the loader reads as a bool or a null
+            raise _Decline
+        return key, rest
+    match = _QUOTED_KEY.match(content)
+    if match is None:
+        raise _Decline
+    key, rest = match.groups()
+    return key.replace("''", "'"), rest
+
+
 def _dash(content: str) -> bool:
     """Whether `content` starts a block sequence entry (`-` alone or `- ...`)."""
     return content[:1] == "-" and (len(content) == 1 or content[1] == " ")
@@ -125,51 +144,61 @@ class _Reader:
         return self.mapping(col, content, depth + 1)
 
     def mapping(
-        self, col: int, content: str, depth: int, match: re.Match[str] | None = None
+        self, col: int, content: str, depth: int, entry: tuple[str, str | None] | None = None
     ) -> dict[str, Any]:
         """A block mapping whose keys are at column `col`; its first entry is `content`.
 
-        `match`: `_KEY`'s match of `content`, when the caller has made it.
+        `entry`: the key and the rest of `content`, when the caller has split them.
         """
         lines = self.lines
         count = len(lines)
         result: dict[str, Any] = {}
+        rest: str | None
+        i = self.i
         while True:
-            if match is None:
-                match = _KEY.match(content)
-            if match is not None:
-                key, rest = match.groups()
-                if key in _WORDS:
-                    raise _Decline
+            if entry is None:
+                # `key: rest` or `key:` with an identifier key: split without a regex
+                key, colon, after = content.partition(":")
+                if colon and key.isidentifier() and key.isascii() and key not in _WORDS:
+                    if not after:
+                        rest = None
+                    elif after[0] == " ":
+                        rest = after[1:]
+                    else:
+                        raise _Decline  # `key:x` is a plain scalar, no entry
+                else:
+                    key, rest = _key_entry(content)
             else:
-                match = _QUOTED_KEY.match(content)
-                if match is None:
-                    raise _Decline
-                key, rest = match.groups()
-                key = key.replace("''", "'")
-            match = None
+                key, rest = entry
+                entry = None
             if key in result or len(key) > _LONGEST_KEY:
                 raise _Decline
+            i += 1
             if rest is None:
-                self.i += 1
+                self.i = i
                 result[key] = self.nested(col, depth, indentless=True)
+                i = self.i
             elif rest[:1] in _PLAIN_START:  # the common case, inline
-                self.i += 1
                 if rest[0] in _RESOLVERS or rest[-1] in ": " or ": " in rest or " #" in rest:
                     result[key] = _plain(rest)  # resolved, or declined
                 else:
                     result[key] = rest  # what `_plain` returns for it, without the call
             else:
+                self.i = i - 1
                 result[key] = self.inline(col, rest)
-            i = self.i
+                i = self.i
             if i >= count:
+                self.i = i
                 return result
             line = lines[i]
             content = line.lstrip(" ")
             indent = len(line) - len(content)
-            if indent < col:
-                return result
-            if indent > col or not content or (content[0] == "-" and _dash(content)):
+            if indent != col:
+                if indent < col:
+                    self.i = i
+                    return result
+                raise _Decline
+            if not content or (content[0] == "-" and _dash(content)):
                 raise _Decline
 
     def sequence(self, col: int, content: str, depth: int) -> list[Any]:
@@ -187,10 +216,21 @@ class _Reader:
                     raise _Decline
                 if _dash(rest):
                     items.append(self.sequence(col + 2, rest, depth + 1))
-                elif (entry := _KEY.match(rest)) is not None or _QUOTED_KEY.match(rest) is not None:
-                    items.append(self.mapping(col + 2, rest, depth + 1, entry))
                 else:
-                    items.append(self.inline(col, rest))
+                    key, colon, after = rest.partition(":")
+                    if (
+                        colon
+                        and key.isidentifier()
+                        and key.isascii()
+                        and key not in _WORDS
+                        and after[:1] in _AFTER_COLON
+                    ):  # `- key: ...` with an identifier key: a mapping, split without a regex
+                        entry = key, after[1:] if after else None
+                        items.append(self.mapping(col + 2, rest, depth + 1, entry))
+                    elif _KEY.match(rest) is not None or _QUOTED_KEY.match(rest) is not None:
+                        items.append(self.mapping(col + 2, rest, depth + 1))
+                    else:
+                        items.append(self.inline(col, rest))
             i = self.i
             if i >= count:
                 return items
@@ -304,10 +344,11 @@ def _plain(text: str) -> Any:
         return text
     if text in _WORDS:
         return _WORDS[text]
-    if _INT.match(text):
-        return int(text)
-    if _FLOAT.match(text):
-        return float(text)
+    if first in _NUMBER_START:
+        if _INT.match(text):
+            return int(text)
+        if _FLOAT.match(text):
+            return float(text)
     for _tag, pattern in _RESOLVERS[first]:
         if pattern.match(text):
             raise _Decline

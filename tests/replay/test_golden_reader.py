@@ -251,6 +251,35 @@ def test_the_line_reader_declines_what_is_outside_its_subset(text: str) -> None:
     check_agree(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "- a:x\n",  # no entry: a colon with no space after it is part of a plain scalar
+        "- 'on': 1\n- 'no': 2\n",  # quoted keys that would be words unquoted
+        "- a.b: 1\n  c-d: 2\n  _e: 3\n",  # keys that are not identifiers, in a sequence
+        "a.b:\n  k-1: x\n  k_2:\n  - 1\n",  # ... in a mapping
+        "a:\n  b:\n    c: |\n      x\n  d: 1\n",  # back out of two mappings at once
+    ],
+)
+def test_the_line_reader_reads_keys_and_entries_as_safe_load(text: str) -> None:
+    assert block_yaml(text, max_bytes=1_048_576) is not NOT_PLAIN
+    check_lines_agree(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a:x\n",  # a plain scalar where a mapping entry was expected
+        "- on: 1\n",  # a word key in a sequence entry
+        "a:\n  é: 1\n",  # a key outside ASCII (left to the loaders)
+        "- a: 1\n  a: 2\n",  # a duplicate key in a sequence entry's mapping
+    ],
+)
+def test_the_line_reader_declines_these_entries(text: str) -> None:
+    assert block_yaml(text, max_bytes=1_048_576) is NOT_PLAIN
+    check_agree(text)
+
+
 @pytest.mark.parametrize("code", [*range(0x80), 0xA0, 0x2028, 0xFEFF])
 def test_the_line_reader_declines_a_character_outside_its_subset_wherever_it_is(code: int) -> None:
     """An ASCII text is searched character by character, any other with the class: both the
