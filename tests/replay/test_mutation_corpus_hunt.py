@@ -22,7 +22,6 @@ must count none.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,15 +55,31 @@ HUNT_RUNS = {name: RUNS[name] for name in ("small_credit", "close_ticket", "inje
 WITH_MODEL_TURNS = {"small_credit", "close_ticket"}
 
 
-@pytest.fixture(scope="module")
-def hunt_goldens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    root = tmp_path_factory.mktemp("desk-hunt")
-    app = make_app(root / "app", HUNT_SPEC, HUNT_TOOLS)
+def record_goldens(
+    factory: pytest.TempPathFactory, name: str, spec: str, tools: str, runs: dict[str, str]
+) -> dict[str, Path]:
+    """Record `runs` of the desk with `spec` and `tools` as golden files, in a folder of its own."""
+    root = factory.mktemp(name)
+    app = make_app(root / "app", spec, tools)
     try:
-        paths = asyncio.run(record_runs(app, root / "recordings", HUNT_RUNS))
+        return asyncio.run(record_runs(app, root / "recordings", runs))
     finally:
         forget(app)
-    yield paths
+
+
+def without(golden: Path, key: str, folder: Path) -> Path:
+    """A copy of `golden` in `folder` without its `key` lines: as recorded before they were kept."""
+    lines = golden.read_text(encoding="utf-8").splitlines()
+    kept = [line for line in lines if key not in line]
+    assert len(kept) < len(lines)  # it had one to drop
+    copy = folder / golden.name
+    copy.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return copy
+
+
+@pytest.fixture(scope="module")
+def hunt_goldens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return record_goldens(tmp_path_factory, "desk-hunt", HUNT_SPEC, HUNT_TOOLS, HUNT_RUNS)
 
 
 def replay_hunt(root: Path, goldens: dict[str, Path], spec: str, tools: str) -> Outcome:
@@ -157,10 +172,7 @@ def test_a_refusal_message_edited_inside_a_redacted_span_is_drift(
 def test_a_golden_recorded_before_refusal_messages_were_digested_compares_without_it(
     hunt_goldens: dict[str, Path], tmp_path: Path
 ) -> None:
-    text = hunt_goldens["injection"].read_text(encoding="utf-8")
-    old = tmp_path / "injection.yaml"
-    kept = [line for line in text.splitlines() if "message_digest:" not in line]
-    old.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    old = without(hunt_goldens["injection"], "message_digest:", tmp_path)
     outcome = replay_hunt(tmp_path / "mutant", {"injection": old}, HUNT_SPEC, HUNT_TOOLS)
     assert outcome.verdicts == {"injection": "same"}
 
@@ -243,14 +255,8 @@ DENY_RUNS = {"delete_account": RUNS["delete_account"]}
 
 
 @pytest.fixture(scope="module")
-def deny_goldens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    root = tmp_path_factory.mktemp("desk-deny")
-    app = make_app(root / "app", DENY_SPEC, TOOLS)
-    try:
-        paths = asyncio.run(record_runs(app, root / "recordings", DENY_RUNS))
-    finally:
-        forget(app)
-    yield paths
+def deny_goldens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return record_goldens(tmp_path_factory, "desk-deny", DENY_SPEC, TOOLS, DENY_RUNS)
 
 
 def test_a_deny_message_edited_inside_a_redacted_span_changes_the_requests(
@@ -314,11 +320,7 @@ def test_a_golden_recorded_before_deny_messages_were_digested_compares_without_t
     deny_goldens: dict[str, Path], tmp_path: Path
 ) -> None:
     """Its messages digests are those of today's redacted messages: an unchanged spec, no change."""
-    text = deny_goldens["delete_account"].read_text(encoding="utf-8")
-    old = tmp_path / "delete_account.yaml"
-    kept = [line for line in text.splitlines() if "deny_messages:" not in line]
-    assert len(kept) < len(text.splitlines())  # it had one to drop
-    old.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    old = without(deny_goldens["delete_account"], "deny_messages:", tmp_path)
     outcome = replay_mutant(tmp_path / "mutant", {"delete_account": old}, DENY_SPEC, TOOLS)
     assert outcome.verdicts == {"delete_account": "same"}
     assert outcome.reports["delete_account"].model_requests_changed == (0, 2)
