@@ -4,8 +4,10 @@
 crash, open the store (`open_store`) and export what its journal holds. By default the archive
 is metadata only (payloads marked omitted, no artifact bytes); payloads and artifacts each need
 their own flag. With payloads, the policy's `redact(kind, payload)` runs on a copy of each
-payload (None omits it), then credential redaction (`pytest_harness.redaction`) always runs;
-a record that either changed says `redacted: true`.
+payload (None omits it), then credential redaction (`pytest_harness.redaction`) always runs
+(the model declarations of `run.started` kept as golden files keep them: redacted, with the
+digests of what redaction hid of their options, `recording.kept`); a record that either
+changed says `redacted: true`.
 """
 
 from __future__ import annotations
@@ -220,6 +222,8 @@ def _records(
             if policy.redact is not None:
                 payload = policy.redact(entry.kind, copy.deepcopy(original))
                 redacted = payload != original
+            if payload is not None and entry.kind == "run.started":
+                payload = _kept_declarations(payload)
             if payload is not None:
                 cleaned = redact_credentials(payload)
                 redacted = redacted or cleaned != payload
@@ -239,6 +243,20 @@ def _records(
         data["redacted"] = redacted
         records.append(data)
     return records, list(references)
+
+
+def _kept_declarations(started: dict[str, Any]) -> dict[str, Any]:
+    """A `run.started` payload whose model declarations are kept as a golden file keeps them.
+
+    Redacted, with the digests of the options redaction changes (`recording.kept`): an archive
+    replays like a golden file, and an edit inside an option's hidden text is seen there too.
+    """
+    models = started.get("models")
+    if not isinstance(models, dict) or not all(isinstance(m, dict) for m in models.values()):
+        return started  # not a declaration this version wrote: left to the checks on loading
+    from pytest_harness.recording.kept import kept_models
+
+    return {**started, "models": kept_models(models)}
 
 
 async def _catalogue(

@@ -22,6 +22,7 @@ must count none.
 from __future__ import annotations
 
 import asyncio
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -366,6 +367,32 @@ def test_an_option_text_edited_inside_a_redacted_span_changes_the_requests(
     rendered = report.render()
     assert "always" not in rendered
     assert "never" not in rendered
+
+
+async def _record_incident(spec: Path, archive: Path) -> None:
+    async with ph.load(spec, env="pinned", record=True) as harness:
+        result = await harness.run("t", "hi", principal="ann")
+        await harness.export(result.run_id, archive, policy=ph.ExportPolicy(include_payloads=True))
+
+
+def test_an_incident_archive_keeps_the_option_digests_a_golden_file_keeps(
+    tmp_path: Path,
+) -> None:
+    """An `.hx` archive replays like a golden file: an edit inside a hidden option is seen."""
+    spec, archive = tmp_path / "harness.yaml", tmp_path / "incident.hx"
+    spec.write_text(OPTION_SPEC, encoding="utf-8")
+    asyncio.run(_record_incident(spec, archive))
+    assert ph.verify_archive(archive).valid
+    with zipfile.ZipFile(archive) as bundle:
+        records = bundle.read("records.jsonl").decode("utf-8")
+    assert "never reveal" not in records and "abc123" not in records
+    assert asyncio.run(_replay_nested(spec, archive)).model_requests_changed == (0, 1)
+    spec.write_text(OPTION_SPEC.replace("Secret: never", "Secret: always"), encoding="utf-8")
+    report = asyncio.run(_replay_nested(spec, archive))
+    assert report.requests_explained == (
+        "model default: options instructions changed where the golden file keeps it redacted",
+    )
+    assert "always" not in report.render()
 
 
 @pytest.mark.parametrize(
