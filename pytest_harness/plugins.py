@@ -16,7 +16,7 @@ from pytest_harness.errors import HarnessError
 if TYPE_CHECKING:
     import pluggy
 
-__all__ = ["Registry", "notify_checkpoint", "plugin_manager", "registry"]
+__all__ = ["Registry", "checkpoint_hooked", "notify_checkpoint", "plugin_manager", "registry"]
 
 T = TypeVar("T")
 BUILTINS = "pytest_harness.builtins"
@@ -70,13 +70,23 @@ def registry(hook: str) -> Registry:
     return Registry(hook.removeprefix("harness_").replace("_", " ").rstrip("s"), caller())
 
 
+@functools.cache
+def _checkpoint_hook() -> pluggy.HookCaller:
+    return plugin_manager().hook.harness_checkpoint
+
+
+def checkpoint_hooked() -> bool:
+    """Whether any plugin implements `harness_checkpoint` now (so a boundary is worth telling)."""
+    return bool(_checkpoint_hook().get_hookimpls())
+
+
 def notify_checkpoint(*, session_id: str, run_id: str, status: str, phase: str) -> None:
     """Call every `harness_checkpoint` hook after a committed boundary, each on its own.
 
     A hook that raises is logged with its plugin's name and does not stop the others; nothing
     it does can change the run, which has already committed. With no hook nothing is built.
     """
-    impls = plugin_manager().hook.harness_checkpoint.get_hookimpls()
+    impls = _checkpoint_hook().get_hookimpls()
     if not impls:
         return
     given = {"session_id": session_id, "run_id": run_id, "status": status, "phase": phase}

@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pytest_harness.errors import StoreError
 from pytest_harness.models.base import Message
-from pytest_harness.plugins import notify_checkpoint
+from pytest_harness.plugins import checkpoint_hooked, notify_checkpoint
 from pytest_harness.principal import Principal
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.clock import monotonic, now
@@ -24,7 +25,7 @@ from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.guards import GuardContext
 from pytest_harness.runtime.journal import Journal, write_with_retries
 from pytest_harness.runtime.plan import TaskPlan
-from pytest_harness.runtime.results import RunResult, RunStatus
+from pytest_harness.runtime.results import RunResult, RunStatus, run_status
 from pytest_harness.runtime.state import RunState, StateText, result_from_state
 from pytest_harness.runtime.texts import composed
 from pytest_harness.runtime.trace import Decision, decision_dict
@@ -123,7 +124,7 @@ class DriverBase:
         self.record = record
         self.token = token
         self.state = RunState.from_dict(record.state)
-        self.status = RunStatus(record.status)
+        self.status = run_status(record.status)
         self.principal = Principal.from_dict(dict(record.principal))
         self.principal_vars = self.principal.to_dict()
         self.labels = dict(record.labels)
@@ -227,7 +228,8 @@ class DriverBase:
         # The output closes the last step the trace reached (a model call that failed is a step
         # the counter never took), so it never reads `step 0 output` after `step 1 model`.
         step = max([state.steps, *(int(d.get("step") or 0) for d in state.trace)])
-        ended: dict[str, Any] = {"status": status.value}
+        value = status.value
+        ended: dict[str, Any] = {"status": value}
         if error is not None:  # what failed the run is part of how it ended (not the message)
             ended["error"] = error.get("type")
             if status is RunStatus.REFUSED:
@@ -238,8 +240,8 @@ class DriverBase:
         events = []
         if status is RunStatus.COMPLETED:
             events.append(EventDraft("text_complete", {"text": state.output}))
-        events.append(EventDraft("status_changed", {"status": status.value}))
-        events.append(EventDraft("run_result", {"status": status.value}))
+        events.append(EventDraft("status_changed", {"status": value}))
+        events.append(EventDraft("run_result", {"status": value}))
         await self._commit(events, release=True, phase=Boundary.RUN_ENDED)
         return self.result()
 
@@ -279,12 +281,13 @@ class DriverBase:
         acted = self.control if status is RunStatus.PAUSED or status.ended else None
         run_id = self.record.run_id
         state = self._state_text.prepared(self.state.to_dict())
+        value = status.value
         checkpoint = None
         if status is not RunStatus.RUNNING and self.journal.keeps("checkpoint"):
             trace = state["trace"]
             checkpoint = composed(
                 {
-                    "status": status.value,
+                    "status": value,
                     "output": state["output"],
                     "error": state["error"],
                     "limit": state["limit"],
@@ -294,25 +297,24 @@ class DriverBase:
                 lambda: {"trace": self._state_text.list_text("trace", trace)},
             )
         journal = self.journal.for_commit(events, self.state.steps, checkpoint)
-        store = self.ctx.store
-
-        async def write() -> str | None:
-            return await store.commit(
-                run_id,
-                self.token,
-                status=status.value,
-                state=state,
-                events=events,
-                approvals=approvals or (),
-                lease_ttl=self.ctx.lease if self.ctx.renew else None,
-                release=release,
-                clear_control=acted,
-                journal=journal,
-            )
-
-        self.control = await write_with_retries(
-            write, what=f"run {run_id} (step {self.state.steps})", journaled=bool(journal)
+        write = partial(
+            self.ctx.store.commit,
+            run_id,
+            self.token,
+            status=value,
+            state=state,
+            events=events,
+            approvals=approvals or (),
+            lease_ttl=self.ctx.lease if self.ctx.renew else None,
+            release=release,
+            clear_control=acted,
+            journal=journal,
         )
+        if journal:  # the flight recorder's entries: a failed write is tried again
+            what = f"run {run_id} (step {self.state.steps})"
+            self.control = await write_with_retries(write, what=what, journaled=True)
+        else:
+            self.control = await write()
         self.journal.committed(journal)
         del self._pending[:taken]
         self.released = release
@@ -323,7 +325,7 @@ class DriverBase:
 
     def notify(self, status: RunStatus, phase: Boundary) -> None:
         """Tell the `harness_checkpoint` hooks that the run committed `phase` with `status`."""
-        if not self.ctx.hooks:
+        if not self.ctx.hooks or not checkpoint_hooked():
             return
         notify_checkpoint(
             session_id=self.record.session_id,

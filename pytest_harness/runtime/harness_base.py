@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from pytest_harness.errors import RecordingError, RunBusy, SessionDenied, StoreError, UnknownTask
 from pytest_harness.models.base import Message
-from pytest_harness.plugins import notify_checkpoint
+from pytest_harness.plugins import checkpoint_hooked, notify_checkpoint
 from pytest_harness.principal import Principal, as_principal
 from pytest_harness.runtime.approval_checks import _check_resolvable, _moot, _result
 from pytest_harness.runtime.boundaries import Boundary
@@ -28,14 +28,14 @@ from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.ids import uuid4_hex
 from pytest_harness.runtime.journal import draft, started_payload
 from pytest_harness.runtime.plan import Plans, TaskPlan
-from pytest_harness.runtime.results import RunResult, RunStatus
+from pytest_harness.runtime.results import RunResult, RunStatus, run_status
 from pytest_harness.runtime.state import call_approvals, initial_state
 from pytest_harness.runtime.texts import composed, schemas_text
 from pytest_harness.spec.spec import Spec
 from pytest_harness.store.base import EventDraft, NewRun, RunRecord, Store
 
 if TYPE_CHECKING:
-    from pytest_harness.runtime.engine import Driver
+    from pytest_harness.runtime.engine import DriveContext, Driver
 
 __all__ = ["EndedRuns", "HarnessBase"]
 
@@ -104,6 +104,8 @@ class HarnessBase:
         self.evals = evals
         """The online evals told about every run this harness ends (None: no graders)."""
         self._stopping = False
+        self._drive_context: DriveContext | None = None
+        """What every driver of this harness is given, made by the first drive."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -294,7 +296,7 @@ class HarnessBase:
                 lease_ttl=self.spec.document.state.lease,
             )
         )
-        if created and self._hooks:
+        if created and self._hooks and checkpoint_hooked():
             notify_checkpoint(
                 session_id=stored.session_id,
                 run_id=stored.run_id,
@@ -337,7 +339,7 @@ class HarnessBase:
         arrives with the drive's last commit is acted on before returning.
         """
         # the run loop is imported by the first drive: a harness that only reads never needs it
-        from pytest_harness.runtime.engine import DriveContext, Driver
+        from pytest_harness.runtime.engine import Driver
 
         plan = self._plan(record.task)
         store = self.store
@@ -359,21 +361,8 @@ class HarnessBase:
                 if not created and not claimed:
                     record = await store.get_run(run_id)
                 interrupted = not created and record.status == RunStatus.RUNNING.value
-                was_ended = RunStatus(record.status).ended
-                ctx = DriveContext(
-                    store=store,
-                    owner=self.owner,
-                    lease=lease,
-                    renew=store.kind != "memory",
-                    keep_requests=self._keep_requests,
-                    journal_kinds=self._journal_kinds,
-                    durable=self._durable,
-                    waits=self._waits,
-                    hooks=self._hooks,
-                    spec_digest=self.spec.digest,
-                    hub=self._hub,
-                    stopping=lambda: self._stopping,
-                )
+                was_ended = run_status(record.status).ended
+                ctx = self._drive_context or self._new_drive_context()
                 try:
                     driver = Driver(
                         ctx,
@@ -405,6 +394,27 @@ class HarnessBase:
             self.evals.ended(result)  # graded in the background, outside the run's path
         return result
 
+    def _new_drive_context(self) -> DriveContext:
+        """The `DriveContext` of this harness's drives (the same for each of them)."""
+        from pytest_harness.runtime.engine import DriveContext
+
+        store = self.store
+        ctx = self._drive_context = DriveContext(
+            store=store,
+            owner=self.owner,
+            lease=self.spec.document.state.lease,
+            renew=store.kind != "memory",
+            keep_requests=self._keep_requests,
+            journal_kinds=self._journal_kinds,
+            durable=self._durable,
+            waits=self._waits,
+            hooks=self._hooks,
+            spec_digest=self.spec.digest,
+            hub=self._hub,
+            stopping=lambda: self._stopping,
+        )
+        return ctx
+
     async def _continue(
         self,
         driver: Driver,
@@ -416,7 +426,7 @@ class HarnessBase:
         """The part of `_drive` that runs under the lease."""
         if resolution is not None:
             _check_resolvable(record, resolution[0])  # a racing resolver may have settled it
-        status = RunStatus(record.status)
+        status = run_status(record.status)
         if status.ended:
             return _result(record)
         calls = driver.state.calls

@@ -181,7 +181,8 @@ class ModelCalls(DriverBase):
         the retry budget, and so stops retrying where the run did, or where today's budget says.
         """
         state = self.state
-        arrived = asyncio.Event()
+        # only a model with a `first_event_timeout` waits for its first event
+        arrived = asyncio.Event() if link.spec.first_event_timeout is not None else None
         request = self._request(link, arrived)
         if self._reset is not None:
             self._announce(
@@ -205,6 +206,7 @@ class ModelCalls(DriverBase):
                     self._complete(link, request), link.spec.timeout, link.name
                 )
             else:
+                assert arrived is not None
                 response = await self._timed_attempt(link, request, arrived)
         except _Deadline:  # a turn of its recording: a replay cuts the call there too
             reason = "the run's deadline passed during the call"
@@ -394,7 +396,7 @@ class ModelCalls(DriverBase):
                 attempt_id=self._last_attempt,
             )
 
-    def _request(self, link: ModelLink, arrived: asyncio.Event) -> ModelRequest:
+    def _request(self, link: ModelLink, arrived: asyncio.Event | None) -> ModelRequest:
         attempt_id = f"att_{id_hex()}"
         run_id = self.record.run_id
         hub = self.ctx.hub
@@ -415,10 +417,10 @@ class ModelCalls(DriverBase):
             input=self.record.input,
             attempt_id=attempt_id,
             on_text=on_text,
-            on_first_event=arrived.set,
+            on_first_event=None if arrived is None else arrived.set,
         )
 
-    def _text_sink(self, attempt_id: str, arrived: asyncio.Event) -> Callable[[str], None]:
+    def _text_sink(self, attempt_id: str, arrived: asyncio.Event | None) -> Callable[[str], None]:
         """The `on_text` of one attempt: each piece becomes a `text_delta` event."""
         seq = 0
 
@@ -426,7 +428,8 @@ class ModelCalls(DriverBase):
             nonlocal seq
             if not delta:
                 return
-            arrived.set()
+            if arrived is not None:
+                arrived.set()
             seq += 1
             self._streamed = attempt_id
             self._announce(

@@ -18,6 +18,7 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "Usage",
+    "run_status",
 ]
 
 
@@ -55,6 +56,20 @@ class RunStatus(str, Enum):
     def suspended(self) -> bool:
         """Whether the run waits for a person (approval, resolution) or a resume (paused)."""
         return self in _SUSPENDED
+
+
+_BY_VALUE: dict[object, RunStatus] = {status.value: status for status in RunStatus}
+
+
+def run_status(value: str) -> RunStatus:
+    """`RunStatus(value)`, looked up by value first (an `Enum` call costs ten times as much).
+
+    A value that is no status is `RunStatus(value)`'s own `ValueError`.
+    """
+    try:
+        return _BY_VALUE[value]
+    except (KeyError, TypeError):  # not a status's value, or not hashable
+        return RunStatus(value)
 
 
 _ENDED = frozenset(

@@ -25,6 +25,7 @@ from pytest_harness.runtime.results import (
     RunResult,
     RunStatus,
     Usage,
+    run_status,
 )
 from pytest_harness.runtime.trace import Trace
 from pytest_harness.store.helpers import PreparedJSON, json_text
@@ -92,13 +93,11 @@ class RunState:
         data: dict[str, Any] = {
             "v": STATE_VERSION,
             "phase": self.phase,
-            "messages": self.messages,
             "turns": self.turns,
             "usage": self._usage_dict(),
             "elapsed": self.elapsed,
             "clocks": self.clocks,
             "waiting": self.waiting,
-            "trace": self.trace,
             "calls": self.calls,
             "output": self.output,
             "error": self.error,
@@ -107,6 +106,9 @@ class RunState:
         }
         if self.history_runs is not None:
             data["history_runs"] = self.history_runs
+        # the two lists that only grow come last: `StateText` encodes the rest in one call
+        data["messages"] = self.messages
+        data["trace"] = self.trace
         return data
 
     @classmethod
@@ -218,16 +220,16 @@ class StateText:
     Its messages and trace entries are encoded once each instead of at every commit. A drive
     only appends to `messages` and `trace`, and never changes an entry once it is appended (an
     entry is built whole, then appended): the text of the entry at a place is reused while the
-    very same object is still there. The text is exactly what encoding the whole state gives,
-    and so are the errors (`store.helpers.PreparedJSON`).
+    very same object is still there. The rest of the state (the small part that changes from
+    one commit to the next) is encoded in one call. The text is exactly what encoding the
+    whole state gives, and so are the errors (`store.helpers.PreparedJSON`).
     """
 
-    __slots__ = ("_lists",)
-
-    _CACHED = ("messages", "trace")
+    __slots__ = ("_messages", "_trace")
 
     def __init__(self) -> None:
-        self._lists = {key: _ListText() for key in self._CACHED}
+        self._messages = _ListText()
+        self._trace = _ListText()
 
     def prepared(self, state: dict[str, Any]) -> PreparedJSON:
         """`state` (from `RunState.to_dict`), taking its text from here when it is stored."""
@@ -235,70 +237,36 @@ class StateText:
 
     def list_text(self, key: str, value: Any) -> str:
         """The text of `value`, the state's list under `key` (`messages`, `trace`), as here."""
-        cached = self._lists.get(key)
+        cached = self._list(key)
         if cached is None or type(value) is not list:
             return json_text(value)
         return cached.text(value)
 
     def item_text(self, key: str, index: int, item: Any) -> str:
         """The text of `item`, taken from here when it is the entry at `index` of `key`'s list."""
-        cached = self._lists[key]
-        if index < len(cached.items) and cached.items[index] is item:
+        cached = self._list(key)
+        if cached is not None and index < len(cached.items) and cached.items[index] is item:
             return cached.texts[index]
         return json_text(item)
 
-    def _text(self, state: Mapping[str, Any]) -> str:
-        lists = self._lists
-        parts = []
-        group: dict[str, Any] = {}
-        """The keys between two cached lists, encoded together (one encoder call)."""
-        for key, value in state.items():
-            cached = lists.get(key)
-            if cached is None or type(value) is not list:
-                group[key] = value
-                continue
-            if group:
-                parts.append(_group_text(group))
-                group = {}
-            parts.append(_key_text(key) + cached.text(value))
-        if group:
-            parts.append(_group_text(group))
-        return "{" + ",".join(parts) + "}"
+    def _list(self, key: str) -> _ListText | None:
+        return self._messages if key == "messages" else self._trace if key == "trace" else None
 
-
-_GROUPS: dict[tuple[tuple[str, Any], ...], str] = {}
-"""The text of groups of only strings, integers and None (`{"v": 1, "phase": "model"}`)."""
-
-_GROUPS_KEPT = 64
-
-
-def _group_text(group: dict[str, Any]) -> str:
-    """`group`'s JSON text without its braces.
-
-    A group of only strings, integers and None is encoded once (exact types: `True == 1` and
-    `1.0 == 1` must not find the text of `1`).
-    """
-    for value in group.values():
-        kind = type(value)
-        if kind is not str and kind is not int and value is not None:
-            return json_text(group)[1:-1]
-    key = tuple(group.items())
-    text = _GROUPS.get(key)
-    if text is None:
-        if len(_GROUPS) >= _GROUPS_KEPT:
-            _GROUPS.clear()
-        text = _GROUPS[key] = json_text(group)[1:-1]
-    return text
-
-
-_KEYS: dict[str, str] = {}
-
-
-def _key_text(key: str) -> str:
-    text = _KEYS.get(key)
-    if text is None:
-        text = _KEYS[key] = json_text(key) + ":"
-    return text
+    def _text(self, state: dict[str, Any]) -> str:
+        """The whole state's text: `RunState.to_dict`'s keys end with `messages`, `trace`."""
+        last = reversed(state)
+        if len(state) < 3 or next(last) != "trace" or next(last) != "messages":
+            return json_text(state)  # not a state as `RunState.to_dict` orders it
+        rest = dict(state)
+        messages, trace = rest.pop("messages"), rest.pop("trace")
+        return (
+            json_text(rest)[:-1]
+            + ',"messages":'
+            + (self._messages.text(messages) if type(messages) is list else json_text(messages))
+            + ',"trace":'
+            + (self._trace.text(trace) if type(trace) is list else json_text(trace))
+            + "}"
+        )
 
 
 def call_approvals(call: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -337,7 +305,7 @@ def result_from_state(
     `answered` names approvals already decided in the store but not yet taken into the run's
     state (the run resumes once every one is answered); they are no longer pending.
     """
-    run_status = RunStatus(status)
+    status_ = run_status(status)
     pending: list[PendingTool] = []
     approval: ApprovalRequest | None = None
     for call in state.get("calls") or []:
@@ -375,12 +343,12 @@ def result_from_state(
         run_id=run_id,
         session_id=session_id,
         task=task,
-        status=run_status,
+        status=status_,
         output=state.get("output"),
         error=state.get("error"),
         usage=Usage.from_dict(state.get("usage") or {}),
-        approval=approval if run_status is RunStatus.AWAITING_APPROVAL else None,
-        pending=tuple(pending) if not run_status.ended else (),
+        approval=approval if status_ is RunStatus.AWAITING_APPROVAL else None,
+        pending=tuple(pending) if not status_.ended else (),
         trace=Trace._of_state(state.get("trace") or ()),
         labels=dict(labels),
         limit=state.get("limit"),
