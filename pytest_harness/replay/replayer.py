@@ -44,6 +44,7 @@ from pytest_harness.replay.report import (
 from pytest_harness.replay.requests import request_changes
 from pytest_harness.replay.tape import Tape, TapeModel, TapeTool
 from pytest_harness.replay.twin_store import TwinStore
+from pytest_harness.runtime.guard_memory import GuardMemory
 from pytest_harness.runtime.harness_control import HarnessControl
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.runtime.trace import Trace
@@ -100,6 +101,8 @@ async def replay(
             )
             for name, tool in plan.tools.items()
         },
+        # guards shown the text the golden holds of what they saw take their recorded decision
+        guard_memory=GuardMemory.of(recording.trace),
     )
     twin = HarnessControl(  # the runtime's own class: this module sits above `Harness`
         harness.spec,

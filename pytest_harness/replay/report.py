@@ -329,11 +329,16 @@ _ASKED = ("approvers", "self_approve")
 lack both keys, and are compared without them until they are recorded again."""
 
 
-_KEPT_SINCE = {"guard": ("left",), "output": ("error", "message", "message_digest")}
+_KEPT_SINCE = {
+    "guard": ("left", "config", "seen", "left_text"),
+    "output": ("error", "message", "message_digest"),
+}
 """Detail keys decisions of a kind gained after goldens were first written (a `redact` guard's
-`left` since 2026-12-06; an `output`'s `error` since 2026-12-05, a refusal's `message` since
-2026-12-06, the digest of a refusal message redaction changed, `recording.kept`, since
-2026-12-06): a recorded decision without one is compared without it."""
+`left` since 2026-12-06, a built-in guard's `config`, `seen` and `left_text` on text that
+redaction hides, `runtime.guard_memory`, since 2026-12-07; an `output`'s `error` since
+2026-12-05, a refusal's `message` since 2026-12-06, the digest of a refusal message redaction
+changed, `recording.kept`, since 2026-12-06): a recorded decision without one is compared
+without it."""
 
 
 def _comparable(recorded: Decision, replayed: Decision) -> dict[str, Any]:

@@ -127,7 +127,13 @@ class Driver(ModelCalls, CallApprovals, ToolCalls):
     async def _check_input(self) -> RunResult | None:
         text = self.record.input
         if "input" in self.plan.watched:
-            outcome = apply_guards(self.plan.guards, text, self._guard_context("input"), step=0)
+            outcome = apply_guards(
+                self.plan.guards,
+                text,
+                self._guard_context("input"),
+                step=0,
+                memory=self.plan.guard_memory,
+            )
             self._decide(*outcome.decisions)
             if outcome.blocked_by is not None:
                 return await self._end(
@@ -189,7 +195,13 @@ class Driver(ModelCalls, CallApprovals, ToolCalls):
             go_on = not response.calls  # a cut answer with calls goes on with its calls
         text = response.text
         if text and "output" in self.plan.watched:
-            outcome = apply_guards(self.plan.guards, text, self._guard_context("output"), step=step)
+            outcome = apply_guards(
+                self.plan.guards,
+                text,
+                self._guard_context("output"),
+                step=step,
+                memory=self.plan.guard_memory,
+            )
             self._decide(*outcome.decisions)
             if outcome.blocked_by is not None:
                 self._note_model(

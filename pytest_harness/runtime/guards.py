@@ -4,6 +4,10 @@ A checker is built once per guard when the harness loads (bad parameters are `Sp
 guard's line) and then called with a text and its context. `apply_guards` runs a chain: each
 guard sees the text as the guards before it left it; `redact` rewrites it, `warn` only records,
 `block` stops the chain. A `redact` decision keeps a digest of the text it left (`left`).
+
+A built-in check is a `BuiltinCheck`: deterministic, with the digest of its configuration, so
+a decision on text that golden-file redaction hides can be kept and replayed
+(`runtime.guard_memory`); a check that is Python code (`pkg.mod:fn`, a plugin's) is not one.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ from typing import Any, Protocol
 from pytest_harness.cel import CelError
 from pytest_harness.errors import HarnessError
 from pytest_harness.models.base import content_digest
+from pytest_harness.runtime.guard_memory import LEFT_TEXT, GuardMemory, Seen, config_digest
 from pytest_harness.runtime.trace import Decision
 from pytest_harness.spec.schema import GuardAction, GuardSpec
 from pytest_harness.spec.spec import KeyPath, Spec
 
 __all__ = [
     "REDACTED",
+    "BuiltinCheck",
     "GuardChecker",
     "GuardContext",
     "GuardHit",
@@ -79,6 +85,23 @@ class GuardChecker(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltinCheck:
+    """A built-in check: the same configuration on the same text (and context) decides the same.
+
+    `config` is the digest of the guard's configuration (`guard_memory.config_digest`);
+    `reads_context` is true for a check that reads more than the text (`cel`'s variables).
+    """
+
+    run: Callable[[str, GuardContext], GuardHit | None]
+    config: str
+    reads_context: bool = False
+
+    def __call__(self, text: str, context: GuardContext) -> GuardHit | None:
+        """Check `text`."""
+        return self.run(text, context)
+
+
 @dataclass(slots=True, unsafe_hash=True)  # not frozen: built per run, never changed
 class GuardOutcome:
     """The text after a chain of guards, their decisions, and the guard that blocked, if any."""
@@ -95,14 +118,38 @@ def apply_guards(
     context: GuardContext,
     *,
     step: int,
+    memory: GuardMemory | None = None,
 ) -> GuardOutcome:
-    """Run the guards that watch `context.on` over `text`, in order."""
+    """Run the guards that watch `context.on` over `text`, in order.
+
+    With `memory` (a replay's), a built-in guard shown the text its recorded decision kept the
+    digest of takes that decision (`runtime.guard_memory`) instead of checking again.
+    """
     decisions: list[Decision] = []
+    chain: list[str] | None = []  # the configs of the guards on this text so far, all built-in
     for guard, checker in guards:
         if guard.on.value != context.on:
             continue
         if guard.tools is not None and context.tool not in guard.tools:
             continue
+        builtin = checker if isinstance(checker, BuiltinCheck) else None
+        if chain is not None:
+            if builtin is None:
+                chain = None  # Python code decided before the guards after it: none are kept
+            else:
+                chain.append(builtin.config)
+        seen: Seen | None = None
+        if builtin is not None and chain is not None:
+            seen = Seen(builtin, chain, text, context)
+            if memory is not None and memory.remembers(guard.id):
+                recalled = memory.recall(guard, context, seen)
+                if recalled is not None:
+                    decisions.append(Decision(step, "guard", guard.id, dict(recalled)))
+                    if guard.action is GuardAction.REDACT:
+                        text = str(recalled[LEFT_TEXT])
+                    elif guard.action is GuardAction.BLOCK:
+                        return _blocked(guard, context, text, decisions)
+                    continue
         hit = checker(text, context)
         if hit is None:
             continue
@@ -116,11 +163,19 @@ def apply_guards(
             # what it let through is part of what it did: a redaction that hides more or less
             # of an input or a tool result changes what the model is shown, not only requests
             detail["left"] = _left_digest(text)
+        if seen is not None:
+            detail.update(seen.kept(text if guard.action is GuardAction.REDACT else None))
         decisions.append(Decision(step, "guard", guard.id, detail))
         if guard.action is GuardAction.BLOCK:
-            reason = guard.message or f"guard {guard.id} blocked the {context.on.replace('_', ' ')}"
-            return GuardOutcome(text, tuple(decisions), guard, reason)
+            return _blocked(guard, context, text, decisions)
     return GuardOutcome(text, tuple(decisions))
+
+
+def _blocked(
+    guard: GuardSpec, context: GuardContext, text: str, decisions: list[Decision]
+) -> GuardOutcome:
+    reason = guard.message or f"guard {guard.id} blocked the {context.on.replace('_', ' ')}"
+    return GuardOutcome(text, tuple(decisions), guard, reason)
 
 
 def _left_digest(text: str) -> str:
@@ -134,9 +189,9 @@ def _left_digest(text: str) -> str:
     return content_digest(comparable(text))
 
 
-def build_checker(check: str, guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+def build_checker(check: str, guard: GuardSpec, spec: Spec, where: KeyPath) -> BuiltinCheck:
     """Build the built-in check `check` for `guard`; bad parameters are `SpecError`s."""
-    builders: dict[str, Callable[[GuardSpec, Spec, KeyPath], GuardChecker]] = {
+    builders: dict[str, Callable[[GuardSpec, Spec, KeyPath], BuiltinCheck]] = {
         "regex": _regex,
         "contains": _contains,
         "max_length": _max_length,
@@ -190,7 +245,7 @@ def _flags(guard: GuardSpec) -> int:
     return re.IGNORECASE if guard.ignore_case else 0
 
 
-def _regex(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+def _regex(guard: GuardSpec, spec: Spec, where: KeyPath) -> BuiltinCheck:
     pattern = _need(guard, spec, where, "pattern", guard.pattern)
     try:
         compiled = re.compile(pattern, _flags(guard))
@@ -204,10 +259,11 @@ def _regex(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
             return None
         return GuardHit(compiled.sub(REDACTED, text), f"matched {pattern!r}")
 
-    return check
+    params = {"pattern": pattern, "ignore_case": guard.ignore_case}
+    return BuiltinCheck(check, config_digest(guard, "regex", params))
 
 
-def _contains(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+def _contains(guard: GuardSpec, spec: Spec, where: KeyPath) -> BuiltinCheck:
     raw = _need(guard, spec, where, "text", guard.text)
     needles = (raw,) if isinstance(raw, str) else tuple(raw)
     if not needles or any(not n for n in needles):
@@ -220,10 +276,11 @@ def _contains(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
             return None
         return GuardHit(compiled.sub(REDACTED, text), f"contains {found.group(0)!r}")
 
-    return check
+    params = {"text": list(needles), "ignore_case": guard.ignore_case}
+    return BuiltinCheck(check, config_digest(guard, "contains", params))
 
 
-def _max_length(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+def _max_length(guard: GuardSpec, spec: Spec, where: KeyPath) -> BuiltinCheck:
     limit = _need(guard, spec, where, "max", guard.max)
 
     def check(text: str, context: GuardContext) -> GuardHit | None:
@@ -231,10 +288,10 @@ def _max_length(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
             return None
         return GuardHit(text[:limit], f"{len(text)} characters, more than {limit}")
 
-    return check
+    return BuiltinCheck(check, config_digest(guard, "max_length", {"max": limit}))
 
 
-def _json_schema(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+def _json_schema(guard: GuardSpec, spec: Spec, where: KeyPath) -> BuiltinCheck:
     import jsonschema
 
     raw = _need(guard, spec, where, "schema", guard.schema_)
@@ -263,10 +320,11 @@ def _json_schema(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
         at = "/".join(str(p) for p in error.absolute_path) or "(root)"
         return GuardHit(REDACTED, f"{at}: {error.message}")
 
-    return check
+    # the schema as read (from its file, when it names one), not its file's name
+    return BuiltinCheck(check, config_digest(guard, "json_schema", {"schema": schema}))
 
 
-def _cel(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
+def _cel(guard: GuardSpec, spec: Spec, where: KeyPath) -> BuiltinCheck:
     program = spec.guard_programs.get(guard.id)
     if program is None:
         raise spec.error("a cel guard needs `when` (a CEL expression over `text`)", where)
@@ -278,4 +336,6 @@ def _cel(guard: GuardSpec, spec: Spec, where: KeyPath) -> GuardChecker:
             return GuardHit(REDACTED, f"error: {exc}", error=True)
         return GuardHit(REDACTED, f"{guard.when} is true") if fired is True else None
 
-    return check
+    # it reads the principal, the labels, the tool and its arguments besides the text
+    config = config_digest(guard, "cel", {"when": guard.when})
+    return BuiltinCheck(check, config, reads_context=True)

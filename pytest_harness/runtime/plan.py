@@ -19,6 +19,7 @@ from pytest_harness.spec.spec import KeyPath, Spec
 if TYPE_CHECKING:
     from pytest_harness.cel import CelProgram
     from pytest_harness.hookspecs import GuardCheckFactory, ProviderFactory
+    from pytest_harness.runtime.guard_memory import GuardMemory
     from pytest_harness.runtime.guards import GuardChecker
     from pytest_harness.spec.schema import ToolSpec
     from pytest_harness.tools.context import ToolContext
@@ -69,6 +70,9 @@ class TaskPlan:
     guards: tuple[tuple[GuardSpec, GuardChecker], ...]
     declared: Mapping[str, Mapping[str, Any]]
     """The declaration of each model of `models` a recording keeps (`runtime.declared`)."""
+    guard_memory: GuardMemory | None = None
+    """A replay's: the recorded guard decisions on text that golden files hide, which its
+    guards take when shown the same text (`runtime.guard_memory`). None in a run."""
     watched: frozenset[str] = field(init=False)
     """What the guards watch (`input`, `output`, `tool_result`): text nothing watches goes by
     without a `GuardContext` being built."""

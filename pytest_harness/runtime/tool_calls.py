@@ -241,7 +241,13 @@ class ToolCalls(DriverBase):
                 "tool_result" in self.plan.watched
             ):
                 context = self._guard_context("tool_result", call["name"], call["args"])
-                outcome = apply_guards(self.plan.guards, text, context, step=state.steps)
+                outcome = apply_guards(
+                    self.plan.guards,
+                    text,
+                    context,
+                    step=state.steps,
+                    memory=self.plan.guard_memory,
+                )
                 self._decide(*outcome.decisions)
                 if outcome.blocked_by is not None:
                     self.journal.note(

@@ -17,6 +17,9 @@ must count none.
 * Model declarations are kept and compared redacted, so an option edited inside its
   credential-shaped text (`instructions: 'Secret: never …'`) was no model change; such a
   declaration now keeps `option_digests`, by option path.
+* A guard that scrubbed a secret from the raw text finds only the golden's own redaction of it
+  in the replay (`sk-[REDACTED]`), so an unchanged spec replayed as drift; a built-in guard's
+  decision on such text now keeps `config`, `seen` and `left_text` (`test_mutation_corpus_scrub`).
 """
 
 from __future__ import annotations
@@ -520,7 +523,7 @@ async def _record_plain(spec: Path, golden: Path) -> None:
         await harness.export(result.run_id, golden)
 
 
-# -- holes found and not fixed here: each test fails today (strict xfail) ----------------------
+# -- a guard that scrubs secrets from text the golden keeps redacted (more: ..._scrub) ---------
 
 SCRUB_SPEC = """\
 version: 1
@@ -562,12 +565,6 @@ async def _record_and_replay(app_spec: Path, golden: Path) -> ph.ReplayReport:
         return await harness.replay(golden)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a guard that scrubs secrets fired on the raw text; the golden keeps the text "
-    "redacted its own way ('sk-[REDACTED]'), the guard finds nothing there in the replay, "
-    "and an unchanged spec replays as drift (--update-recordings then drops the guard)",
-)
 def test_a_secret_scrubbing_guard_replays_same_on_an_unchanged_spec(tmp_path: Path) -> None:
     app = make_app(tmp_path / "app", SCRUB_SPEC, SCRUB_TOOLS)
     try:
