@@ -43,6 +43,7 @@ from pydantic import (
 )
 
 from pytest_harness.errors import ArchiveError, SpecError
+from pytest_harness.recording.decisions import TraceDecision
 from pytest_harness.recording.parts import ApprovalDecision, ModelTurn, ToolResult
 from pytest_harness.runtime.request_digests import DENY_MESSAGES
 from pytest_harness.runtime.results import RunStatus
@@ -242,13 +243,6 @@ class _Outcome(_Strict):
     """A `cancel()` or `pause()` that ended the run where it had stopped (absent: none)."""
 
 
-class _Decision(_Strict):
-    step: int
-    kind: str
-    key: str
-    detail: dict[str, Any] = {}
-
-
 class _Grade(_Strict):
     grader: str
     score: float | None = None
@@ -273,7 +267,7 @@ class _File(_Strict):
     tool_results: list[_Tool] = []
     approvals: list[_Approval] = []
     outcome: _Outcome
-    trace: list[_Decision] = []
+    trace: list[TraceDecision] = []
     grades: list[_Grade] = []
 
 
