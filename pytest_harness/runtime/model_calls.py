@@ -17,6 +17,7 @@ from pytest_harness.eager import start
 from pytest_harness.errors import ModelError
 from pytest_harness.models.base import ModelRequest, ModelResponse
 from pytest_harness.models.live import check_live
+from pytest_harness.runtime.answers import check_answer
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.clock import id_hex, monotonic, now
 from pytest_harness.runtime.driver_base import AttemptLost, DriverBase, _Deadline
@@ -208,6 +209,7 @@ class ModelCalls(DriverBase):
             else:
                 assert arrived is not None
                 response = await self._timed_attempt(link, request, arrived)
+            check_answer(response, link.name)
         except _Deadline:  # a turn of its recording: a replay cuts the call there too
             reason = "the run's deadline passed during the call"
             self._end_attempt("model.interrupted", link, {"reason": reason, "deadline": True})

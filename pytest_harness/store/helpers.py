@@ -7,6 +7,7 @@ sqlite and Postgres stores (and a plugin's) encode, parse and refuse alike. Impo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,6 +28,7 @@ __all__ = [
     "check_limit",
     "check_samples",
     "encode_json",
+    "json_fault",
     "json_text",
     "parse_cursor",
     "stale_token",
@@ -111,6 +113,81 @@ def encode_json(value: object, what: str) -> str:
             "JSON values (objects, arrays, strings, finite numbers, booleans and null); "
             "nothing was written"
         ) from None
+
+
+def json_fault(value: object, where: str) -> str | None:
+    """Why `value` is no JSON the store can keep, naming the place under `where`; None if it is.
+
+    What the store's encoding (`encode_json`) refuses: a float that is not finite, an integer
+    too long for decimal text (`sys.get_int_max_str_digits`), text with a lone surrogate (no
+    UTF-8), a key or an object JSON has no form for, nesting too deep or circular. The value is
+    encoded once; only a value that fails is walked, to say where. The description is ASCII
+    (a bad value is shown escaped), so that it can itself be stored.
+    """
+    try:
+        text = _encode(value)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    else:
+        if utf8_error(text) is None:
+            return None
+    return _fault(value, where, 0) or f"{where}: not a JSON value"
+
+
+_FAULT_DEPTH = 200
+"""How deep `_fault` walks before it calls the value nested too deep (or circular)."""
+
+
+def _fault(value: object, where: str, depth: int) -> str | None:
+    """The first place in `value` the store's encoding refuses, described (see `json_fault`)."""
+    if depth > _FAULT_DEPTH:
+        shown = where if len(where) <= 80 else where[:77] + "..."
+        return f"{shown}: nested too deep for JSON (or circular)"
+    if isinstance(value, str):
+        bad = utf8_error(value)
+        if bad is None:
+            return None
+        shown = ascii(value[max(0, bad.start - 20) : bad.end + 20])
+        return f"{where}: text with a lone surrogate, no UTF-8 ({shown})"
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        try:
+            str(value)
+        except ValueError:
+            return f"{where}: an integer of {value.bit_length()} bits, too long for decimal text"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where}: {value!r}, not a finite number"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                return f"{where}: a key of type {type(key).__name__} ({_shown(key)})"
+            place = (
+                f"{where}.{key}"
+                if isinstance(key, str) and key.isidentifier()
+                else f"{where}[{key!a}]"
+            )
+            found = _fault(key, f"{where} key", depth + 1) or _fault(item, place, depth + 1)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _fault(item, f"{where}[{index}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    return f"{where}: a value of type {type(value).__name__} ({_shown(value)}), not JSON"
+
+
+def _shown(value: object) -> str:
+    """A short ASCII repr of `value` for a message."""
+    try:
+        shown = ascii(value)
+    except Exception:  # a repr that raises
+        return f"<{type(value).__name__}>"
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def parse_cursor(after: str) -> int:
