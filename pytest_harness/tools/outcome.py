@@ -76,7 +76,10 @@ class ToolOutcome:
         except _NotPlain:
             value = _NOT_PLAIN
         if value is not _NOT_PLAIN:
-            return cls(ok=True, kind="ok", value=value, text=json_text(value))
+            try:
+                return cls(ok=True, kind="ok", value=value, text=json_text(value))
+            except ValueError:  # an integer too long for decimal text: converted below
+                pass
         found: list[Artifact] = []
         result = collect_artifacts(result, found)
         if found:
@@ -217,10 +220,17 @@ def _finite(value: Any) -> Any:
     """`value` with NaN and infinities as the strings `'nan'`, `'inf'`, `'-inf'`.
 
     The store keeps strict JSON, which has no such numbers: kept as floats, they would make
-    the commit of the tool's result fail after the tool ran.
+    the commit of the tool's result fail after the tool ran. An integer too long for decimal
+    text (`sys.get_int_max_str_digits()`) becomes its `hex()` string, for the same reason.
     """
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
+    if isinstance(value, int) and value.bit_length() > _DECIMAL_BITS:
+        try:
+            str(value)
+        except ValueError:  # longer than `sys.get_int_max_str_digits()`: no JSON reads it back
+            return hex(value)
+        return value
     if isinstance(value, list):
         return [item if type(item) in _EXACT else _finite(item) for item in value]
     if isinstance(value, dict):
@@ -228,8 +238,11 @@ def _finite(value: Any) -> Any:
     return value
 
 
-_EXACT: frozenset[type] = frozenset({str, int, bool, type(None)})
-"""Types `_finite` gives back as they are (exact types; a float is checked)."""
+_EXACT: frozenset[type] = frozenset({str, bool, type(None)})
+"""Types `_finite` gives back as they are (exact types; a float or an int is checked)."""
+
+_DECIMAL_BITS = 14_000
+"""Integers up to this many bits have fewer than 4300 digits, `str()`'s default limit."""
 
 
 def _short(value: object) -> str:

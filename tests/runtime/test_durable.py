@@ -243,6 +243,21 @@ async def test_an_interrupted_manual_call_waits_for_a_resolution(durable: Durabl
     }
 
 
+async def test_a_resolution_with_an_integer_too_long_for_decimal_text_is_kept_as_hex(
+    durable: Durable,
+) -> None:
+    """Before: `resolve` raised a bare `ValueError` (integer string conversion) and the run
+    stayed `awaiting_resolution`; the value is now kept as its `hex()`, as a tool's result."""
+    async with durable.open() as harness:
+        run_id = await interrupt(harness, durable, "charge", "charge 5")
+        [waiting] = await harness.recover()
+        [pending] = waiting.pending
+        done = await harness.resolve(run_id, pending.execution_key, result=10**5000)
+        again = await harness.result(run_id)
+    assert done.ok and done.output == f'done: "{hex(10**5000)}"', done.error
+    assert again.output == done.output
+
+
 async def test_retry_invokes_again_with_the_same_key(durable: Durable) -> None:
     async with durable.open() as harness:
         run_id = await interrupt(harness, durable, "charge", "charge 5")

@@ -736,6 +736,14 @@ class Unserialisable:
             {"a": ["inf", "-inf", 1.5]},
             '{"a":["inf","-inf",1.5]}',
         ),
+        # nor can any JSON reader take an integer longer than str()'s limit back
+        pytest.param(10**5000, hex(10**5000), f'"{hex(10**5000)}"', id="huge-int"),
+        pytest.param(
+            {"n": [-(10**4400), 7]},
+            {"n": [hex(-(10**4400)), 7]},
+            f'{{"n":["{hex(-(10**4400))}",7]}}',
+            id="huge-int-inside",
+        ),
     ],
 )
 def test_a_result_becomes_json_for_the_store_and_text_for_the_model(
