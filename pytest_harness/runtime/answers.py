@@ -23,7 +23,10 @@ __all__ = ["check_answer"]
 def check_answer(response: ModelResponse, model: str) -> None:
     """Raise a `malformed` `ModelError` when the store cannot keep part of `response`."""
     usage = (response.usage.input_tokens, response.usage.output_tokens)
-    counted = all(type(n) is int and -_TOKENS < n < _TOKENS for n in usage)
+    counted = (
+        all(type(n) is int and -_TOKENS < n < _TOKENS for n in usage)
+        or json_fault(list(usage), "its usage") is None
+    )
     fault = _fault(response, usage, counted)
     if fault is None:
         return
@@ -37,7 +40,7 @@ def check_answer(response: ModelResponse, model: str) -> None:
 
 
 _TOKENS = 2**63
-"""Token counts at or beyond this are not taken as counts (no store column holds them)."""
+"""Integer token counts below this in size are storable as they are (the fast check)."""
 
 
 def _fault(response: ModelResponse, usage: tuple[int, int], counted: bool) -> str | None:
@@ -52,9 +55,7 @@ def _fault(response: ModelResponse, usage: tuple[int, int], counted: bool) -> st
         if fault is not None:
             return fault
     if not counted:
-        return json_fault(list(usage), "its usage (input, output tokens)") or (
-            f"its usage (input, output tokens): {_name(usage)}, not token counts"
-        )
+        return json_fault(list(usage), "its usage (input, output tokens)")
     if response.thinking:
         return json_fault(list(response.thinking), "its thinking")
     if response.incomplete is not None:
