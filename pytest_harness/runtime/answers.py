@@ -15,18 +15,22 @@ from __future__ import annotations
 
 from pytest_harness.errors import ModelError
 from pytest_harness.models.base import ModelResponse
-from pytest_harness.store.helpers import json_fault, utf8_error
+from pytest_harness.store.helpers import json_fault, json_text, utf8_error
 
 __all__ = ["check_answer"]
 
 
 def check_answer(response: ModelResponse, model: str) -> None:
     """Raise a `malformed` `ModelError` when the store cannot keep part of `response`."""
-    usage = (response.usage.input_tokens, response.usage.output_tokens)
+    tokens_in, tokens_out = usage = (response.usage.input_tokens, response.usage.output_tokens)
     counted = (
-        all(type(n) is int and -_TOKENS < n < _TOKENS for n in usage)
-        or json_fault(list(usage), "its usage") is None
-    )
+        type(tokens_in) is int
+        and type(tokens_out) is int
+        and -_TOKENS < tokens_in < _TOKENS
+        and -_TOKENS < tokens_out < _TOKENS
+    ) or json_fault(list(usage), "its usage") is None
+    if counted and _storable(response):
+        return
     fault = _fault(response, usage, counted)
     if fault is None:
         return
@@ -41,6 +45,19 @@ def check_answer(response: ModelResponse, model: str) -> None:
 
 _TOKENS = 2**63
 """Integer token counts below this in size are storable as they are (the fast check)."""
+
+
+def _storable(response: ModelResponse) -> bool:
+    """Whether the store keeps every part of `response` (one encoding of them all, no walk)."""
+    text = response.text
+    if text is not None and type(text) is not str:
+        return False
+    calls = [(call.id, call.name, call.args) for call in response.calls]
+    try:
+        encoded = json_text((text, calls, response.thinking, response.incomplete))
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return utf8_error(encoded) is None
 
 
 def _fault(response: ModelResponse, usage: tuple[int, int], counted: bool) -> str | None:

@@ -139,17 +139,22 @@ def apply_guards(
             else:
                 chain.append(builtin.config)
         seen: Seen | None = None
-        if builtin is not None and chain is not None:
+        if (
+            builtin is not None
+            and chain is not None
+            and memory is not None
+            and memory.remembers(guard.id)
+        ):
             seen = Seen(builtin, chain, text, context)
-            if memory is not None and memory.remembers(guard.id):
-                recalled = memory.recall(guard, context, seen)
-                if recalled is not None:
-                    decisions.append(Decision(step, "guard", guard.id, dict(recalled)))
-                    if guard.action is GuardAction.REDACT:
-                        text = str(recalled[LEFT_TEXT])
-                    elif guard.action is GuardAction.BLOCK:
-                        return _blocked(guard, context, text, decisions)
-                    continue
+            recalled = memory.recall(guard, context, seen)
+            if recalled is not None:
+                decisions.append(Decision(step, "guard", guard.id, dict(recalled)))
+                if guard.action is GuardAction.REDACT:
+                    text = str(recalled[LEFT_TEXT])
+                elif guard.action is GuardAction.BLOCK:
+                    return _blocked(guard, context, text, decisions)
+                continue
+        shown = text
         hit = checker(text, context)
         if hit is None:
             continue
@@ -163,7 +168,9 @@ def apply_guards(
             # what it let through is part of what it did: a redaction that hides more or less
             # of an input or a tool result changes what the model is shown, not only requests
             detail["left"] = _left_digest(text)
-        if seen is not None:
+        if builtin is not None and chain is not None:  # what it saw is digested only now
+            if seen is None:
+                seen = Seen(builtin, chain, shown, context)
             detail.update(seen.kept(text if guard.action is GuardAction.REDACT else None))
         decisions.append(Decision(step, "guard", guard.id, detail))
         if guard.action is GuardAction.BLOCK:
