@@ -59,14 +59,24 @@ def folder(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 def start(folder: Path, *argv: str) -> subprocess.Popen[str]:
     exe = Path(sys.executable).with_name("pytest-harness")
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
-    return subprocess.Popen(
-        [str(exe), *argv],
-        cwd=folder,
-        env={**env, "PYTHONPATH": str(folder)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # A shell starts a background job with SIGINT ignored, and a child inherits that (Python
+    # then keeps it ignored): the command would never see the test's Ctrl-C. A handler is
+    # reset to the default at exec, so the child gets Ctrl-C whatever ran this test.
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [str(exe), *argv],
+            cwd=folder,
+            env={**env, "PYTHONPATH": str(folder)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
