@@ -24,14 +24,15 @@ text, keeps none of the keys and is always checked again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_harness.models.base import canonical_json, content_digest, text_digest
+from pytest_harness.runtime.trace import trace_entries
 
 if TYPE_CHECKING:
     from pytest_harness.runtime.guards import BuiltinCheck, GuardContext
-    from pytest_harness.runtime.trace import Decision
+    from pytest_harness.runtime.trace import Trace
     from pytest_harness.spec.schema import GuardSpec
 
 __all__ = ["CONFIG", "KEPT", "LEFT_TEXT", "SEEN", "GuardMemory", "Seen", "config_digest"]
@@ -128,14 +129,14 @@ class GuardMemory:
     action, on the same target and tool, shown the text it was recorded against.
     """
 
-    def __init__(self, decisions: Iterable[Decision]) -> None:
+    def __init__(self, decisions: Iterable[tuple[str, str, Mapping[str, Any]]]) -> None:
+        """`decisions`: each recorded decision's `(kind, key, detail)` (`trace.trace_entries`)."""
         self._kept: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-        for decision in decisions:
-            detail = decision.detail
-            if decision.kind != "guard" or not _usable(detail):
+        for kind, guard_id, detail in decisions:
+            if kind != "guard" or not _usable(detail):
                 continue
             key = (
-                decision.key,
+                guard_id,
                 detail.get("on"),
                 detail.get("tool"),
                 detail.get("action"),
@@ -146,9 +147,9 @@ class GuardMemory:
         self._ids = frozenset(key[0] for key in self._kept)
 
     @classmethod
-    def of(cls, decisions: Sequence[Decision]) -> GuardMemory | None:
+    def of(cls, trace: Trace) -> GuardMemory | None:
         """The memory of a recorded trace; None when it kept no guard decision."""
-        memory = cls(decisions)
+        memory = cls(trace_entries(trace))
         return memory if memory._kept else None
 
     def remembers(self, guard_id: str) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, overload
 
-__all__ = ["Decision", "DecisionKind", "ToolCall", "Trace", "decision_dict"]
+__all__ = ["Decision", "DecisionKind", "ToolCall", "Trace", "decision_dict", "trace_entries"]
 
 
 class DecisionKind(str, Enum):
@@ -203,3 +203,18 @@ class Trace(Sequence[Decision]):
 def _clip(text: str, width: int = 60) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def trace_entries(trace: Trace) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """Each decision's `(kind, key, detail)`, building no decision.
+
+    A trace read from a state builds its decisions when first read; reading a recording's
+    trace here keeps the replay's comparison of it by entries.
+    """
+    built = trace._built
+    if built is None:
+        for entry in trace._source:
+            yield str(entry.get("kind")), str(entry.get("key")), entry.get("detail") or {}
+    else:
+        for decision in built:
+            yield decision.kind, decision.key, decision.detail
