@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
+from pytest_harness.runtime.arguments import known_run
 from pytest_harness.store.base import (
     Event,
     EventDraft,
@@ -141,9 +142,10 @@ async def follow(
     """Yield the run's events after the cursor `after`, then live ones until it stops.
 
     `ready` is awaited first (the harness opens its store). `UnknownRun` when there is no such
-    run; `ValueError` when `after` is not a cursor.
+    run (one whose id no store can hold included); `ValueError` when `after` is not a cursor.
     """
     parse_cursor(after)
+    known_run(run_id)
     if ready is not None:
         await ready()
     sub = hub.subscribe(run_id)

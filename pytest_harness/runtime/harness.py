@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_harness.principal import Principal
+from pytest_harness.runtime.arguments import known_run, storable
 from pytest_harness.runtime.events import follow
 from pytest_harness.runtime.harness_base import EndedRuns
 from pytest_harness.runtime.harness_control import HarnessControl
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
-from pytest_harness.store.base import Event, RunRecord, Sample, parse_cursor
+from pytest_harness.store.base import Event, RunRecord, Sample, check_limit, parse_cursor
 
 if TYPE_CHECKING:
     from datetime import datetime, timedelta
@@ -130,6 +131,8 @@ class Harness(HarnessControl):
         """Stored runs, newest first."""
         await self._open()
         status_value = RunStatus.parse(status).value if status is not None else None
+        if not (storable(task) and storable(tenant)):
+            return []  # no stored run has text no store can hold
         records = await self.store.list_runs(
             status=status_value, task=task, tenant=tenant, limit=limit
         )
@@ -185,7 +188,7 @@ class Harness(HarnessControl):
             self.owner,
             lease,
             tasks=list(self._tasks if self._tasks is not None else self.plans.tasks),
-            exclude={*self._driving, *skip},
+            exclude={*self._driving, *(run_id for run_id in skip if storable(run_id))},
             grace=lease,
         )
         if claim is None:
@@ -230,6 +233,7 @@ class Harness(HarnessControl):
         """
         from pytest_harness.recording.model import Recording
 
+        known_run(run_id)
         await self._open()
         return await Recording.from_store(self.store, run_id)
 
@@ -273,6 +277,7 @@ class Harness(HarnessControl):
         if path.suffix == ".hx":
             from pytest_harness.archive.export import export_run
 
+            known_run(run_id)
             record = await self.store.get_run(run_id)
             return await export_run(self.store, record, path, policy=policy, spec=self.spec)
         if path.suffix not in (".yaml", ".yml"):
@@ -313,7 +318,11 @@ class Harness(HarnessControl):
         long ago); `limit=None` returns every match.
         """
         await self._open()
-        return await self.store.samples(task=task, grader=grader, since=_moment(since), limit=limit)
+        moment = _moment(since)
+        if not (storable(task) and storable(grader)):
+            check_limit(limit)
+            return []  # no stored sample has text no store can hold
+        return await self.store.samples(task=task, grader=grader, since=moment, limit=limit)
 
 
 def _moment(since: datetime | timedelta | float | None) -> float | None:

@@ -23,6 +23,7 @@ from pytest_harness.models.base import Message
 from pytest_harness.plugins import checkpoint_hooked, notify_checkpoint
 from pytest_harness.principal import Principal, as_principal
 from pytest_harness.runtime.approval_checks import _check_resolvable, _moot, _result
+from pytest_harness.runtime.arguments import check_start, known_run
 from pytest_harness.runtime.boundaries import Boundary
 from pytest_harness.runtime.events import EventHub
 from pytest_harness.runtime.ids import uuid4_hex
@@ -177,6 +178,7 @@ class HarnessBase:
 
     async def result(self, run_id: str) -> RunResult:
         """Read a run's result from the store (no memory of this process needed)."""
+        known_run(run_id)
         await self._open()
         record = await self.store.get_run(run_id)
         answered: frozenset[str] = frozenset()
@@ -202,13 +204,17 @@ class HarnessBase:
         principal: Principal | str,
         tenant: str | None,
         labels: Mapping[str, str] | None,
+        session_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> tuple[TaskPlan, Principal, str | None, dict[str, str]]:
         """What starting a run checks and settles before anything is written (here or on Temporal).
 
         The task's plan (`UnknownTask`), a string input (`TypeError`), the principal, whether
         its live models may run, the tenant (the principal's when none is given; an empty one
         is none, `TypeError` for one that is not a string) and the labels (the task's, then
-        `labels`).
+        `labels`). Text no store can write (a lone surrogate, no UTF-8) in the input, the
+        principal, the tenant, the session id, the idempotency key or a label is a
+        `StoreError` naming it (`runtime.arguments`).
         """
         plan = self._plan(task)
         if not isinstance(input, str):
@@ -218,8 +224,10 @@ class HarnessBase:
         tenant_ = tenant if tenant is not None else who.tenant
         if tenant_ is not None and not isinstance(tenant_, str):
             raise TypeError(f"tenant must be a string or None, got {tenant_!r}")
+        merged = {**plan.spec.labels, **(labels or {})}
+        check_start(input, who, tenant_, session_id, idempotency_key, merged)
         # an empty tenant is no tenant, for sessions and keys alike, on every store
-        return plan, who, tenant_ or None, {**plan.spec.labels, **(labels or {})}
+        return plan, who, tenant_ or None, merged
 
     async def _create(
         self,
@@ -236,7 +244,9 @@ class HarnessBase:
         In an existing session, the run takes the session's recording setting (saved with its
         first run).
         """
-        plan, who, tenant_, merged_labels = self._starting(task, input, principal, tenant, labels)
+        plan, who, tenant_, merged_labels = self._starting(
+            task, input, principal, tenant, labels, session_id, idempotency_key
+        )
         await self._open()
         run_id = f"run_{uuid4_hex()}"
         record = self.record

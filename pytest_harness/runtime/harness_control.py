@@ -21,6 +21,7 @@ from pytest_harness.runtime.approval_checks import (
     _moot,
     _result,
 )
+from pytest_harness.runtime.arguments import check_principal, check_text, known_run
 from pytest_harness.runtime.harness_base import HarnessBase
 from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.results import RunResult, RunStatus
@@ -61,6 +62,9 @@ class HarnessControl(HarnessBase):
         """
         _check_decision(decision, run_id, approval_id)
         who = as_principal(approver)
+        check_principal(who, "approver")
+        check_text(reason, "reason")
+        known_run(run_id)
         await self._open()
         record = await self.store.get_run(run_id)
         rows = {row.approval_id: row for row in await self.store.approvals(run_id)}
@@ -146,6 +150,8 @@ class HarnessControl(HarnessBase):
             run_id, execution_key, result=result is not _UNSET, retry=retry, abort=abort
         )
         by = None if resolver is None else as_principal(resolver).id
+        check_text(by, "resolver id")
+        known_run(run_id)
         await self._open()
         record = await self.store.get_run(run_id)
         _check_resolvable(record, execution_key)
@@ -160,6 +166,7 @@ class HarnessControl(HarnessBase):
         deadline does not run; approvals and resolutions are still taken; `resume()` continues
         it. An ended or already paused run is returned as it is.
         """
+        known_run(run_id)
         await self._open()
         record = await self.store.request_control(run_id, "pause", statuses=_PAUSABLE)
         return await self._after_control(record)
@@ -171,6 +178,7 @@ class HarnessControl(HarnessBase):
         undone), and a run no worker drives is cancelled at once. A cancelled run is never
         resumed: `recover()` skips it, and `resume()` returns it as it is.
         """
+        known_run(run_id)
         await self._open()
         record = await self.store.request_control(run_id, "cancel", statuses=_CANCELLABLE)
         return await self._after_control(record)
@@ -184,6 +192,7 @@ class HarnessControl(HarnessBase):
         `RecordingError` (recording is never turned on for a run that did not record, nor
         off for one that does).
         """
+        known_run(run_id)
         await self._open()
         stored = await self.store.get_run(run_id)
         if record is not None and bool(record) != stored.record:

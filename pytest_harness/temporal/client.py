@@ -130,7 +130,9 @@ class TemporalHarness(Harness):
         payload (its input and the session's earlier conversation over
         `paging.PAYLOAD_LIMIT`) raises `PayloadTooLarge` and starts nothing.
         """
-        plan, who, tenant_, merged = self._starting(task, input, principal, tenant, labels)
+        plan, who, tenant_, merged = self._starting(
+            task, input, principal, tenant, labels, session_id, idempotency_key
+        )
         await self._open()
         assert self._client is not None
         execution = self.spec.document.execution

@@ -1,0 +1,98 @@
+"""The text a caller gives `Harness`, settled before any store sees it: ids and values to write.
+
+No store can keep text with a lone surrogate (what bytes decoded with `surrogateescape`
+leave): it is no UTF-8, and sqlite and Postgres refuse it while binding a parameter. So the
+public methods settle such text themselves, the same on every store (DESIGN §11):
+
+- an id to look up (a run id, a filter of `runs()` or `samples()`) names nothing, since
+  nothing stored can hold it: `known_run` raises `UnknownRun`, `storable` tells a filter that
+  matches no row;
+- a value to write (a session id, a tenant, an idempotency key, a label, a principal, the
+  input, a reason) is refused by `check_text` with `StoreError` naming the argument and
+  showing the value escaped, before anything is written.
+
+Every check is `str.isascii()` first: an ASCII id costs one C call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pytest_harness.errors import StoreError, UnknownRun
+from pytest_harness.principal import Principal
+from pytest_harness.store.helpers import utf8_error
+
+__all__ = ["check_principal", "check_start", "check_text", "known_run", "storable"]
+
+
+def storable(value: object) -> bool:
+    """Whether a store could hold `value`: False only for a string with a lone surrogate."""
+    return not isinstance(value, str) or value.isascii() or utf8_error(value) is None
+
+
+def known_run(run_id: str) -> None:
+    """`UnknownRun` for a run id no store can hold (so no run has it); else nothing."""
+    if not storable(run_id):
+        raise UnknownRun(run_id)
+
+
+def check_text(value: object, name: str) -> None:
+    """Refuse a string to be written that is no UTF-8 (`StoreError` naming `name`).
+
+    Anything else (None, ASCII, valid text, a value of another type) passes: the other
+    checks of the argument are its method's.
+    """
+    if not isinstance(value, str) or value.isascii():
+        return
+    bad = utf8_error(value)
+    if bad is None:
+        return
+    raise StoreError(
+        f"{name} {_shown(value, bad.start)} is not valid UTF-8 text (a lone surrogate at "
+        f"character {bad.start}); nothing was written; pass text decoded as UTF-8 "
+        "(bytes.decode('utf-8', 'replace'))"
+    )
+
+
+def check_principal(who: Principal, name: str) -> None:
+    """Refuse a principal whose id, a role or tenant is no UTF-8 (see `check_text`)."""
+    check_text(who.id, f"{name} id")
+    for role in who.roles:
+        check_text(role, f"{name} role")
+    check_text(who.tenant, f"{name} tenant")
+
+
+def check_start(
+    input: str,
+    who: Principal,
+    tenant: str | None,
+    session_id: str | None,
+    idempotency_key: str | None,
+    labels: Mapping[str, str],
+) -> None:
+    """Refuse what a new run would write that is no UTF-8 (see `check_text`), naming it."""
+    check_text(input, "input")
+    check_principal(who, "principal")
+    check_text(tenant, "tenant")
+    check_text(session_id, "session_id")
+    check_text(idempotency_key, "idempotency_key")
+    for key, value in labels.items():
+        check_text(key, "a label key")
+        check_text(value, f"labels[{key!r}]")
+
+
+_SHOWN = 60
+"""Longer values are shown as the characters around the surrogate."""
+
+
+def _shown(value: str, at: int) -> str:
+    """`value` escaped (ASCII), or the part of it around character `at` when it is long."""
+    if len(value) <= _SHOWN:
+        return ascii(value)
+    start, end = max(0, at - 20), min(len(value), at + 20)
+    return (
+        ("..." if start else "")
+        + ascii(value[start:end])
+        + ("..." if end < len(value) else "")
+        + f" ({len(value)} characters)"
+    )
