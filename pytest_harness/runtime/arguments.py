@@ -6,12 +6,12 @@ public methods settle such text themselves, the same on every store (DESIGN §11
 
 - an id to look up (a run id, a filter of `runs()` or `samples()`) names nothing, since
   nothing stored can hold it: `known_run` raises `UnknownRun`, `storable` tells a filter that
-  matches no row;
+  matches no row (`known_run` also takes a run id with a NUL for no run's);
 - a value to write (a session id, a tenant, an idempotency key, a label, a principal, the
   input, a reason) is refused by `check_text` with `StoreError` naming the argument and
   showing the value escaped, before anything is written.
 
-Every check is `str.isascii()` first: an ASCII id costs one C call.
+Every check is `str.isascii()` first: an ASCII id costs a C call or two.
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ from pytest_harness.errors import StoreError, UnknownRun
 from pytest_harness.principal import Principal
 from pytest_harness.store.helpers import utf8_error
 
-__all__ = ["check_principal", "check_start", "check_text", "known_run", "storable"]
+__all__ = [
+    "check_principal",
+    "check_start",
+    "check_text",
+    "known_run",
+    "storable",
+]
 
 
 def storable(value: object) -> bool:
@@ -31,8 +37,12 @@ def storable(value: object) -> bool:
 
 
 def known_run(run_id: str) -> None:
-    """`UnknownRun` for a run id no store can hold (so no run has it); else nothing."""
-    if not storable(run_id):
+    """`UnknownRun` for a run id no store can hold (so no run has it); else nothing.
+
+    Nor one with a NUL: Postgres holds no text with one, and no run id the harness makes
+    (`run_` and hex digits) has one, on any store.
+    """
+    if not storable(run_id) or (isinstance(run_id, str) and "\x00" in run_id):
         raise UnknownRun(run_id)
 
 

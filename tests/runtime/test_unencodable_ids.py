@@ -6,7 +6,8 @@ binding it as a parameter, and the memory store answered `UnknownRun`, or even s
 in a session of that id. Now a lookup by such an id is a lookup of an id that does not exist
 (`UnknownRun`, an empty list), and a value to be written is refused with `StoreError` naming
 the argument before anything is written (`runtime/arguments.py`), on memory, sqlite and
-Postgres alike.
+Postgres alike. A run id with a NUL is an unknown run too: Postgres holds no text with one
+(it raised `StoreError`), and no run id the harness makes has one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import pytest_harness as ph
@@ -54,6 +55,7 @@ FINANCE = ph.Principal("fiona", ("finance",))
 BAD_RUN = "run_\udcff"
 
 Call = Callable[[ph.Harness, ph.RunResult, Path], Awaitable[Any]]
+Lookup = Callable[[ph.Harness, str, Path], Awaitable[Any]]
 
 
 def write_spec(request: pytest.FixtureRequest, root: Path, store: str) -> Path:
@@ -90,35 +92,36 @@ async def handle_events(harness: ph.Harness, run_id: str) -> list[ph.Event]:
 
 # -- lookups: a run id no store can hold names no run --------------------------------------------
 
-LOOKUPS: dict[str, Call] = {
-    "result": lambda h, run, tmp: h.result(BAD_RUN),
-    "approve": lambda h, run, tmp: h.approve(BAD_RUN, "apr_1", "approve", approver=FINANCE),
-    "decline": lambda h, run, tmp: h.approve(BAD_RUN, "apr_1", "decline", approver=FINANCE),
-    "resolve": lambda h, run, tmp: h.resolve(BAD_RUN, "exk_1", abort=True),
-    "resume": lambda h, run, tmp: h.resume(BAD_RUN),
-    "pause": lambda h, run, tmp: h.pause(BAD_RUN),
-    "cancel": lambda h, run, tmp: h.cancel(BAD_RUN),
-    "recording": lambda h, run, tmp: h.recording(BAD_RUN),
-    "replay": lambda h, run, tmp: h.replay(BAD_RUN),
-    "export .hx": lambda h, run, tmp: h.export(BAD_RUN, tmp / "run.hx"),
-    "export .yaml": lambda h, run, tmp: h.export(BAD_RUN, tmp / "run.yaml"),
-    "stream": lambda h, run, tmp: stream(h, BAD_RUN),
-    "handle.events": lambda h, run, tmp: handle_events(h, BAD_RUN),
+LOOKUPS: dict[str, Lookup] = {
+    "result": lambda h, bad, tmp: h.result(bad),
+    "approve": lambda h, bad, tmp: h.approve(bad, "apr_1", "approve", approver=FINANCE),
+    "decline": lambda h, bad, tmp: h.approve(bad, "apr_1", "decline", approver=FINANCE),
+    "resolve": lambda h, bad, tmp: h.resolve(bad, "exk_1", abort=True),
+    "resume": lambda h, bad, tmp: h.resume(bad),
+    "pause": lambda h, bad, tmp: h.pause(bad),
+    "cancel": lambda h, bad, tmp: h.cancel(bad),
+    "recording": lambda h, bad, tmp: h.recording(bad),
+    "replay": lambda h, bad, tmp: h.replay(bad),
+    "export .hx": lambda h, bad, tmp: h.export(bad, tmp / "run.hx"),
+    "export .yaml": lambda h, bad, tmp: h.export(bad, tmp / "run.yaml"),
+    "stream": lambda h, bad, tmp: stream(h, bad),
+    "handle.events": lambda h, bad, tmp: handle_events(h, bad),
 }
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("bad", [BAD_RUN, "run_\x00"], ids=["surrogate", "NUL"])
 @pytest.mark.parametrize("call", list(LOOKUPS))
 async def test_a_run_id_no_store_can_hold_is_an_unknown_run(
-    spec: Path, tmp_path: Path, call: str
+    spec: Path, tmp_path: Path, call: str, bad: str
 ) -> None:
     async with ph.load(spec) as harness:
         run = await harness.run("t", "go", principal="ann")
         before = await snapshot(harness, run)
         with pytest.raises(UnknownRun) as caught:
-            await LOOKUPS[call](harness, run, tmp_path)
-        assert caught.value.run_id == BAD_RUN
-        assert "'run_\\udcff'" in str(caught.value)  # shown escaped
+            await LOOKUPS[call](harness, bad, tmp_path)
+        assert caught.value.run_id == bad
+        assert ascii(bad) in str(caught.value)  # shown escaped
         if call != "handle.events":  # that one starts a run of its own first
             assert await snapshot(harness, run) == before
     assert not (tmp_path / "run.hx").exists() and not (tmp_path / "run.yaml").exists()
@@ -324,6 +327,10 @@ def test_any_text_as_a_run_id_is_found_or_an_unknown_run(opened: tuple[ph.Harnes
         suppress_health_check=[HealthCheck.function_scoped_fixture],
     )
     @given(run_id=ANY_TEXT)
+    @example(run_id="run_\udcff")
+    @example(run_id="\ud800")
+    @example(run_id="run_\x00")  # no text with NUL on Postgres: no run id has one either
+    @example(run_id="")
     def check(run_id: str) -> None:
         with pytest.raises(UnknownRun) as caught:  # no run id the harness makes is arbitrary
             run(harness.result(run_id))
