@@ -8,8 +8,8 @@ public methods settle such text themselves, the same on every store (DESIGN §11
   nothing stored can hold it: `known_run` raises `UnknownRun`, `storable` tells a filter that
   matches no row (`known_run` also takes a run id with a NUL for no run's);
 - a value to write (a session id, a tenant, an idempotency key, a label, a principal, the
-  input, a reason) is refused by `check_text` with `StoreError` naming the argument and
-  showing the value escaped, before anything is written.
+  input, a reason, a resolution's result) is refused by `check_text` (`check_result`) with
+  `StoreError` naming the argument and showing the value escaped, before anything is written.
 
 Every check is `str.isascii()` first: an ASCII id costs a C call or two.
 """
@@ -17,13 +17,15 @@ Every check is `str.isascii()` first: an ASCII id costs a C call or two.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pytest_harness.errors import StoreError, UnknownRun
 from pytest_harness.principal import Principal
-from pytest_harness.store.helpers import utf8_error
+from pytest_harness.store.helpers import json_fault, utf8_error
 
 __all__ = [
     "check_principal",
+    "check_result",
     "check_start",
     "check_text",
     "known_run",
@@ -89,6 +91,25 @@ def check_start(
     for key, value in labels.items():
         check_text(key, "a label key")
         check_text(value, f"labels[{key!r}]")
+
+
+def check_result(result: Any, run_id: str, execution_key: str) -> None:
+    """Refuse a `resolve(result=...)` the store cannot keep (`StoreError`), naming the place.
+
+    The value is checked as the call's outcome keeps it (an integer too long for decimal text
+    is kept as its hex string, an object as its JSON form): text with a lone surrogate in it
+    is refused before the run is read, not when its commit fails.
+    """
+    from pytest_harness.tools.outcome import ToolOutcome
+
+    outcome = ToolOutcome.resolved(result)
+    if utf8_error(outcome.text) is None:
+        return
+    fault = json_fault(outcome.value, "result") or "result: text with a lone surrogate"
+    raise StoreError(
+        f"cannot resolve {execution_key!r} of run {run_id} with this result: {fault}; "
+        "nothing was written; pass text decoded as UTF-8 (bytes.decode('utf-8', 'replace'))"
+    )
 
 
 _SHOWN = 60

@@ -21,7 +21,7 @@ from pytest_harness.runtime.approval_checks import (
     _moot,
     _result,
 )
-from pytest_harness.runtime.arguments import check_principal, check_text, known_run
+from pytest_harness.runtime.arguments import check_principal, check_result, check_text, known_run
 from pytest_harness.runtime.harness_base import HarnessBase
 from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.results import RunResult, RunStatus
@@ -151,6 +151,8 @@ class HarnessControl(HarnessBase):
         )
         by = None if resolver is None else as_principal(resolver).id
         check_text(by, "resolver id")
+        if how == "result":
+            check_result(result, run_id, execution_key)
         known_run(run_id)
         await self._open()
         record = await self.store.get_run(run_id)

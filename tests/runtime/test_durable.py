@@ -258,6 +258,30 @@ async def test_a_resolution_with_an_integer_too_long_for_decimal_text_is_kept_as
     assert again.output == done.output
 
 
+async def test_a_resolution_with_text_no_store_can_hold_is_refused_and_writes_nothing(
+    durable: Durable,
+) -> None:
+    """Before: the commit failed four times over and `resolve` raised `RecordingError` (the
+    flight recorder could not write the journal); now `StoreError` naming the place, before
+    the run is read. The call stays uncertain and takes a good result."""
+    async with durable.open() as harness:
+        run_id = await interrupt(harness, durable, "charge", "charge 5")
+        [waiting] = await harness.recover()
+        [pending] = waiting.pending
+        before = [event.kind for event in await harness.store.events(run_id)]
+        with pytest.raises(ph.StoreError) as caught:
+            await harness.resolve(run_id, pending.execution_key, result="note: x\udcff")
+        after = await harness.result(run_id)
+        assert [event.kind for event in await harness.store.events(run_id)] == before
+        done = await harness.resolve(run_id, pending.execution_key, result="note: x")
+    assert str(caught.value).startswith(
+        f"cannot resolve {pending.execution_key!r} of run {run_id} with this result: "
+        "result: text with a lone surrogate, no UTF-8 ('note: x\\udcff'); nothing was written"
+    ), str(caught.value)
+    assert after.status is ph.RunStatus.AWAITING_RESOLUTION
+    assert done.ok, done.error
+
+
 async def test_retry_invokes_again_with_the_same_key(durable: Durable) -> None:
     async with durable.open() as harness:
         run_id = await interrupt(harness, durable, "charge", "charge 5")
