@@ -83,6 +83,10 @@ def check_start(
     labels: Mapping[str, str],
 ) -> None:
     """Refuse what a new run would write that is no UTF-8 (see `check_text`), naming it."""
+    if _all_ascii(
+        input, who.id, who.tenant, tenant, session_id, idempotency_key, *who.roles, *labels.items()
+    ):
+        return  # the usual case: nothing to name
     check_text(input, "input")
     check_principal(who, "principal")
     check_text(tenant, "tenant")
@@ -91,6 +95,19 @@ def check_start(
     for key, value in labels.items():
         check_text(key, "a label key")
         check_text(value, f"labels[{key!r}]")
+
+
+def _all_ascii(*values: object) -> bool:
+    """Whether each value is None or ASCII text (a `(key, value)` pair: both of them)."""
+    for value in values:
+        if value is None:
+            continue
+        if type(value) is tuple:
+            if not _all_ascii(*value):
+                return False
+        elif type(value) is not str or not value.isascii():
+            return False
+    return True
 
 
 def check_result(result: Any, run_id: str, execution_key: str) -> None:
