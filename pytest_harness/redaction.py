@@ -429,27 +429,39 @@ def stable_ids(data: Any) -> Any:
 
 
 def _stable(data: Any) -> Any:
-    seen: dict[str, str] = {}
-    counters: dict[str, int] = {}
+    return _StableIds().walk(data)
 
-    def stand_in(match: re.Match[str]) -> str:
+
+class _StableIds:
+    """Generated ids numbered per prefix in the order they first appear (`stable_ids`).
+
+    A class, not a closure that calls itself: such a closure is a reference cycle that only the
+    garbage collector frees, one for each comparison.
+    """
+
+    __slots__ = ("counters", "seen")
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+        self.counters: dict[str, int] = {}
+
+    def stand_in(self, match: re.Match[str]) -> str:
         found = match.group(0)
+        seen = self.seen
         if found not in seen:
             prefix = match.group(1)
-            counters[prefix] = counters.get(prefix, 0) + 1
-            seen[found] = f"{prefix}_{counters[prefix]}"
+            count = self.counters[prefix] = self.counters.get(prefix, 0) + 1
+            seen[found] = f"{prefix}_{count}"
         return seen[found]
 
-    def walk(value: Any) -> Any:
+    def walk(self, value: Any) -> Any:
         if isinstance(value, str):
-            return _VOLATILE_ID.sub(stand_in, value) if "_" in value else value
+            return _VOLATILE_ID.sub(self.stand_in, value) if "_" in value else value
         if isinstance(value, Mapping):
-            return {k: walk(v) for k, v in value.items()}
+            return {k: self.walk(v) for k, v in value.items()}
         if isinstance(value, Sequence):
-            return [walk(v) for v in value]
+            return [self.walk(v) for v in value]
         return value
-
-    return walk(data)
 
 
 def comparable(value: Any) -> Any:

@@ -206,7 +206,7 @@ class Harness(HarnessControl):
         its lease is released, and the run stays `running` for another worker to claim at
         once. Used by `pytest-harness worker` on SIGTERM; irreversible for this harness.
         """
-        self._stopping = True
+        self._stopping.set()
 
     def stream(self, run_id: str, *, after: str = "0") -> AsyncIterator[Event]:
         """The run's events after the cursor `after`, then live ones until it ends or waits.

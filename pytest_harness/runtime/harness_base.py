@@ -104,7 +104,10 @@ class HarnessBase:
         """Runs a task of this harness drives now (its lease may look expired on memory)."""
         self.evals = evals
         """The online evals told about every run this harness ends (None: no graders)."""
-        self._stopping = False
+        self._stopping = asyncio.Event()
+        """Set by `stop_driving`. Its drives read it through its own `is_set`: a drive context
+        holding a closure over this harness would make each replay's twin harness a reference
+        cycle, freed only by a full garbage collection."""
         self._drive_context: DriveContext | None = None
         """What every driver of this harness is given, made by the first drive."""
 
@@ -421,7 +424,7 @@ class HarnessBase:
             hooks=self._hooks,
             spec_digest=self.spec.digest,
             hub=self._hub,
-            stopping=lambda: self._stopping,
+            stopping=self._stopping.is_set,
         )
         return ctx
 

@@ -229,7 +229,7 @@ def test_the_other_methods_block(slow: Project) -> None:
         harness.flush_evals()
         assert harness.samples() == []
         harness.stop_driving()
-        assert harness.harness._stopping
+        assert harness.harness._stopping.is_set()
 
 
 def test_methods_reached_through_getattr_block_too(project: Project) -> None:
