@@ -107,7 +107,7 @@ class HarnessBase:
         self._stopping = asyncio.Event()
         """Set by `stop_driving`. Its drives read it through its own `is_set`: a drive context
         holding a closure over this harness would make each replay's twin harness a reference
-        cycle, freed only by a full garbage collection."""
+        cycle, freed only by the garbage collector."""
         self._drive_context: DriveContext | None = None
         """What every driver of this harness is given, made by the first drive."""
 
