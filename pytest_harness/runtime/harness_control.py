@@ -27,7 +27,7 @@ from pytest_harness.runtime.journal import draft
 from pytest_harness.runtime.results import RunResult, RunStatus
 from pytest_harness.store.base import EventDraft, RunRecord
 
-__all__ = ["HarnessControl"]
+__all__ = ["HarnessControl", "checked_approval", "checked_resolution"]
 
 _UNSET: Any = object()
 """`resolve(result=...)` was not given (None is a result like any other)."""
@@ -38,6 +38,53 @@ _PAUSABLE = (
     RunStatus.AWAITING_RESOLUTION.value,
 )
 _CANCELLABLE = (*_PAUSABLE, RunStatus.PAUSED.value)
+
+
+def checked_approval(
+    run_id: str,
+    approval_id: str,
+    decision: str,
+    approver: Principal | str,
+    reason: str | None,
+) -> Principal:
+    """The approver of an `approve()` whose arguments could be an answer; else the error.
+
+    `ResolutionError` for a decision other than `approve`/`decline`, `StoreError` naming
+    the argument for text no store can keep, `UnknownRun` for a run id no store can hold:
+    checked before anything is read or sent, by every harness (local or Temporal) alike.
+    """
+    _check_decision(decision, run_id, approval_id)
+    who = as_principal(approver)
+    check_principal(who, "approver")
+    check_text(reason, "reason")
+    known_run(run_id)
+    return who
+
+
+def checked_resolution(
+    run_id: str,
+    execution_key: str,
+    result: Any,
+    retry: bool,
+    abort: bool,
+    resolver: Principal | str | None,
+) -> tuple[str, str | None]:
+    """How a `resolve()` settles the call (`result`, `retry`, `abort`) and the resolver's id.
+
+    `result` is `_UNSET` when not given. `ResolutionError` unless exactly one way is given,
+    `StoreError` naming the place for a resolver or result no store can keep, `UnknownRun`
+    for a run id no store can hold; checked before anything is read or sent, as
+    `checked_approval` is.
+    """
+    how = _how_resolved(
+        run_id, execution_key, result=result is not _UNSET, retry=retry, abort=abort
+    )
+    by = None if resolver is None else as_principal(resolver).id
+    check_text(by, "resolver id")
+    if how == "result":
+        check_result(result, run_id, execution_key)
+    known_run(run_id)
+    return how, by
 
 
 class HarnessControl(HarnessBase):
@@ -60,11 +107,7 @@ class HarnessControl(HarnessBase):
         tenant, is not of that tenant (a principal without a tenant is not a wildcard);
         `ResolutionError` for an unknown approval or a second answer.
         """
-        _check_decision(decision, run_id, approval_id)
-        who = as_principal(approver)
-        check_principal(who, "approver")
-        check_text(reason, "reason")
-        known_run(run_id)
+        who = checked_approval(run_id, approval_id, decision, approver, reason)
         await self._open()
         record = await self.store.get_run(run_id)
         rows = {row.approval_id: row for row in await self.store.approvals(run_id)}
@@ -146,14 +189,7 @@ class HarnessControl(HarnessBase):
         `UnknownExecutionKey` for a key the run does not have; `RunBusy` while another worker
         holds the run.
         """
-        how = _how_resolved(
-            run_id, execution_key, result=result is not _UNSET, retry=retry, abort=abort
-        )
-        by = None if resolver is None else as_principal(resolver).id
-        check_text(by, "resolver id")
-        if how == "result":
-            check_result(result, run_id, execution_key)
-        known_run(run_id)
+        how, by = checked_resolution(run_id, execution_key, result, retry, abort, resolver)
         await self._open()
         record = await self.store.get_run(run_id)
         _check_resolvable(record, execution_key)

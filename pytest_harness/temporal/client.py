@@ -33,11 +33,11 @@ from pytest_harness.errors import (
     ResolutionError,
     UnknownExecutionKey,
 )
-from pytest_harness.principal import Principal, as_principal
+from pytest_harness.principal import Principal
 from pytest_harness.recording.model import Recording
-from pytest_harness.runtime.approval_checks import _how_resolved
+from pytest_harness.runtime.arguments import known_run
 from pytest_harness.runtime.harness import Harness, RunHandle
-from pytest_harness.runtime.harness_control import _UNSET
+from pytest_harness.runtime.harness_control import _UNSET, checked_approval, checked_resolution
 from pytest_harness.runtime.journal import started_payload
 from pytest_harness.runtime.results import RunResult, RunStatus, RunSummary
 from pytest_harness.spec.spec import Spec
@@ -104,6 +104,8 @@ class TemporalHarness(Harness):
             self._client = await connect(self.spec)
 
     async def _handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
+        """The run's workflow; `UnknownRun` for an id no workflow can have (`known_run`)."""
+        known_run(run_id)
         await self._open()
         assert self._client is not None
         return self._client.get_workflow_handle(run_id)
@@ -390,8 +392,12 @@ class TemporalHarness(Harness):
         approver: Principal | str,
         reason: str | None = None,
     ) -> RunResult:
-        """Answer an approval (the workflow's `approve` update, validated like locally)."""
-        who = as_principal(approver)
+        """Answer an approval (the workflow's `approve` update, validated like locally).
+
+        Its arguments are checked as `Harness.approve` checks them (`checked_approval`)
+        before anything is sent: a refused answer never reaches the workflow's history.
+        """
+        who = checked_approval(run_id, approval_id, decision, approver, reason)
         answer = {
             "approval_id": approval_id,
             "decision": decision,
@@ -410,11 +416,12 @@ class TemporalHarness(Harness):
         abort: bool = False,
         resolver: Principal | str | None = None,
     ) -> RunResult:
-        """Settle an uncertain call (the workflow's `resolve` update), then continue the run."""
-        given = _how_resolved(
-            run_id, execution_key, result=result is not _UNSET, retry=retry, abort=abort
-        )
-        by = None if resolver is None else as_principal(resolver).id
+        """Settle an uncertain call (the workflow's `resolve` update), then continue the run.
+
+        Its arguments are checked as `Harness.resolve` checks them (`checked_resolution`)
+        before anything is sent.
+        """
+        given, by = checked_resolution(run_id, execution_key, result, retry, abort, resolver)
         how = {
             "key": execution_key,
             "how": given,
