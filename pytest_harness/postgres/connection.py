@@ -54,10 +54,37 @@ def _text(value: str) -> str:
     return value if type(value) is str else str.__str__(value)
 
 
-def _events_json(events: Sequence[EventDraft], what: str) -> str | None:
+def _events_json(events: Sequence[EventDraft], what: str, *, as_text: bool = False) -> str | None:
+    """Events as the JSON array `sqltext` reads; `as_text`: each `data` as its JSON text."""
     if not events:
         return None
-    return encode_json([{"kind": e.kind, "data": e.data} for e in events], what)
+    return encode_json(
+        [
+            {"kind": e.kind, "data": encode_json(e.data, what) if as_text else e.data}
+            for e in events
+        ],
+        what,
+    )
+
+
+_NUL = "\\u0000"
+"""A NUL as JSON escapes it: Postgres's JSON parser refuses it where it builds text."""
+
+
+def recordset(build: Callable[..., str | None], *args: Any) -> str | None:
+    r"""`build(*args)`: a JSON array for `json_to_recordset`, its JSON fields as text if needed.
+
+    Postgres parses every string of the array into text, and text holds no NUL: an array in
+    which a payload has one (`\u0000`) fails the whole statement, so a tool result or a
+    model answer with a NUL, which memory and sqlite keep, would stop the run at its commit.
+    Such an array is built again with `as_text=True`: each JSON field a string of its JSON
+    text, in which the NUL is an escaped backslash and `u0000`, and `sqltext` reads it back
+    as that text. The usual array pays one substring search.
+    """
+    text = build(*args)
+    if text is not None and _NUL in text:
+        return build(*args, as_text=True)
+    return text
 
 
 class PostgresConnection(SQLStoreBase):

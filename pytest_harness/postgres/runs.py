@@ -17,7 +17,13 @@ from psycopg import errors as pg_errors
 
 import pytest_harness.postgres.sqltext as q
 from pytest_harness.errors import StoreError, UnknownRun
-from pytest_harness.postgres.connection import PostgresConnection, _events_json, _loads, _text
+from pytest_harness.postgres.connection import (
+    PostgresConnection,
+    _events_json,
+    _loads,
+    _text,
+    recordset,
+)
 from pytest_harness.store.base import (
     ApprovalDecision,
     ApprovalRow,
@@ -49,8 +55,8 @@ class PostgresRuns(PostgresConnection):
         principal = encode_json(run.principal, f"the principal of {what}")
         labels = encode_json(run.labels, f"the labels of {what}")
         state = encode_json(run.state, f"the state of {what}")
-        events = _events_json(run.events, f"the events of {what}")
-        journal = _journal_json(run.run_id, run.journal)
+        events = recordset(_events_json, run.events, f"the events of {what}")
+        journal = recordset(_journal_json, run.run_id, run.journal)
         tenant_key = run.tenant or ""
         status = _text(run.status)
         now = time.time()
@@ -183,8 +189,8 @@ class PostgresRuns(PostgresConnection):
         head of `journal` that are already there, left by a failed write, are skipped alone.)
         """
         state_json = encode_json(state, f"the state of run {run_id}")
-        events_json = _events_json(events, f"the events of run {run_id}")
-        approvals_json = approvals_json_of(run_id, approvals)
+        events_json = recordset(_events_json, events, f"the events of run {run_id}")
+        approvals_json = recordset(approvals_json_of, run_id, approvals)
         now = time.time()
         params = {
             "status": _text(status),
@@ -198,7 +204,7 @@ class PostgresRuns(PostgresConnection):
             "release": release,
             "clear_control": clear_control,
             "channel": self.channel,
-            "journal": _journal_json(run_id, journal),
+            "journal": recordset(_journal_json, run_id, journal),
             "landed": journal[-1].id if journal else None,
         }
         try:
@@ -273,7 +279,9 @@ class PostgresRuns(PostgresConnection):
                 "kind": event.kind if event is not None else None,
                 "data": data,
                 "channel": self.channel,
-                "journal": _journal_json(run_id, [journal] if journal is not None else []),
+                "journal": recordset(
+                    _journal_json, run_id, [journal] if journal is not None else []
+                ),
             },
         )
         if rows:

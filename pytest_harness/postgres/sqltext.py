@@ -9,8 +9,11 @@ in another process learns of new events without polling.
 
 `commit` is fenced in its own `WHERE`: `UPDATE runs … WHERE run_id = … AND lease_token = …`;
 its events and approval requests are inserted by data-modifying CTEs that read the updated row,
-so a stale token updates no row and inserts nothing. Events and approvals travel as JSON arrays
-(`json`, not `jsonb`, so payload text comes back exactly as written).
+so a stale token updates no row and inserts nothing. Events, journal entries and approvals
+travel as JSON arrays read by `json_to_recordset`, their JSON fields (`payload`, `data`,
+`args`, `approvers`) declared `text`: an object there comes back as its text exactly as written,
+and a JSON string (what `connection.recordset` sends when a payload holds an escaped NUL, which
+Postgres refuses to parse into text) as the text it holds.
 """
 
 from __future__ import annotations
@@ -51,16 +54,16 @@ def _journal_of(source: str) -> str:
         f"kind, payload) SELECT {source}.run_id, (SELECT coalesce(max(x.seq), 0) FROM journal x "
         f"WHERE x.run_id = {source}.run_id) + row_number() OVER (ORDER BY j.ord), j.id, "
         f"{source}.session_id, j.step, j.attempt_id, j.ts, j.execution_key, j.kind, "
-        f"j.payload::text FROM {source}, ROWS FROM (json_to_recordset(%(journal)s::json) AS "
+        f"j.payload FROM {source}, ROWS FROM (json_to_recordset(%(journal)s::json) AS "
         "(id text, kind text, step integer, ts float8, attempt_id text, execution_key text, "
-        "payload json)) WITH ORDINALITY AS j(id, kind, step, ts, attempt_id, execution_key, "
+        "payload text)) WITH ORDINALITY AS j(id, kind, step, ts, attempt_id, execution_key, "
         "payload, ord) WHERE NOT EXISTS (SELECT 1 FROM journal y WHERE y.run_id = "
         f"{source}.run_id AND y.id = j.id) ORDER BY j.ord"
     )
 
 
 _EVENTS_OF = (
-    "ROWS FROM (json_to_recordset(%(events)s::json) AS (kind text, data json)) "
+    "ROWS FROM (json_to_recordset(%(events)s::json) AS (kind text, data text)) "
     "WITH ORDINALITY AS e(kind, data, ord)"
 )
 
@@ -75,7 +78,7 @@ CREATE = (
     "RETURNING run_id, session_id, updated_at), "
     f"jr AS ({_journal_of('ins')}), "
     "ev AS (INSERT INTO events (run_id, kind, data, at) "
-    f"SELECT ins.run_id, e.kind, e.data::text, ins.updated_at FROM ins, {_EVENTS_OF} "
+    f"SELECT ins.run_id, e.kind, e.data, ins.updated_at FROM ins, {_EVENTS_OF} "
     "ORDER BY e.ord) "
     "SELECT run_id FROM ins"
 )
@@ -93,15 +96,15 @@ COMMIT = (
     "AND NOT EXISTS (SELECT 1 FROM journal l WHERE l.run_id = %(run_id)s AND l.id = %(landed)s) "
     "RETURNING run_id, session_id, control, updated_at), "
     "ev AS (INSERT INTO events (run_id, kind, data, at) "
-    f"SELECT upd.run_id, e.kind, e.data::text, upd.updated_at FROM upd, {_EVENTS_OF} "
+    f"SELECT upd.run_id, e.kind, e.data, upd.updated_at FROM upd, {_EVENTS_OF} "
     "ORDER BY e.ord), "
     f"jr AS ({_journal_of('upd')}), "
     "ap AS (INSERT INTO approvals (approval_id, run_id, execution_key, args_digest, tool, args, "
     "rule_id, approvers, requested_by, self_approve, requested_at) "
-    "SELECT a.approval_id, upd.run_id, a.execution_key, a.args_digest, a.tool, a.args::text, "
-    "a.rule_id, a.approvers::text, a.requested_by, a.self_approve, upd.updated_at "
+    "SELECT a.approval_id, upd.run_id, a.execution_key, a.args_digest, a.tool, a.args, "
+    "a.rule_id, a.approvers, a.requested_by, a.self_approve, upd.updated_at "
     "FROM upd, ROWS FROM (json_to_recordset(%(approvals)s::json) AS (approval_id text, "
-    "execution_key text, args_digest text, tool text, args json, rule_id text, approvers json, "
+    "execution_key text, args_digest text, tool text, args text, rule_id text, approvers text, "
     "requested_by text, self_approve boolean)) WITH ORDINALITY AS a(approval_id, "
     "execution_key, args_digest, tool, args, rule_id, approvers, requested_by, self_approve, "
     "ord) ORDER BY a.ord) "

@@ -1,17 +1,20 @@
 """The text a caller gives `Harness`, settled before any store sees it: ids and values to write.
 
 No store can keep text with a lone surrogate (what bytes decoded with `surrogateescape`
-leave): it is no UTF-8, and sqlite and Postgres refuse it while binding a parameter. So the
-public methods settle such text themselves, the same on every store (DESIGN §11):
+leave): it is no UTF-8, and sqlite and Postgres refuse it while binding a parameter. Nor can
+PostgreSQL keep a NUL in a text column. So the public methods settle such text themselves,
+the same on every store (DESIGN §11):
 
 - an id to look up (a run id, a filter of `runs()` or `samples()`) names nothing, since
   nothing stored can hold it: `known_run` raises `UnknownRun`, `storable` tells a filter that
-  matches no row (`known_run` also takes a run id with a NUL for no run's);
-- a value to write (a session id, a tenant, an idempotency key, a label, a principal, the
-  input, a reason, a resolution's result) is refused by `check_text` (`check_result`) with
-  `StoreError` naming the argument and showing the value escaped, before anything is written.
+  matches no row;
+- a value to write as a column (a session id, a tenant, an idempotency key, a label, a
+  principal, the input, a reason, a resolver) is refused by `check_text` with `StoreError`
+  naming the argument and showing the value escaped, before anything is written; a
+  resolution's result (`check_result`) only for a lone surrogate: it is kept as JSON, where a
+  NUL is escaped, as in a tool's result.
 
-Every check is `str.isascii()` first: an ASCII id costs a C call or two.
+Every check is `str.isascii()` and a search for NUL first: an ASCII id costs a C call or two.
 """
 
 from __future__ import annotations
@@ -34,27 +37,46 @@ __all__ = [
 
 
 def storable(value: object) -> bool:
-    """Whether a store could hold `value`: False only for a string with a lone surrogate."""
-    return not isinstance(value, str) or value.isascii() or utf8_error(value) is None
+    """Whether a store could hold `value` as text.
+
+    False for a string with a lone surrogate or a NUL: what `check_text` refuses to write,
+    so no row holds it.
+    """
+    if not isinstance(value, str):
+        return True
+    if "\x00" in value:
+        return False
+    return value.isascii() or utf8_error(value) is None
 
 
 def known_run(run_id: str) -> None:
     """`UnknownRun` for a run id no store can hold (so no run has it); else nothing.
 
-    Nor one with a NUL: Postgres holds no text with one, and no run id the harness makes
-    (`run_` and hex digits) has one, on any store.
+    No run id the harness makes (`run_` and hex digits) has a NUL or a surrogate, on any store.
     """
-    if not storable(run_id) or (isinstance(run_id, str) and "\x00" in run_id):
+    if not storable(run_id):
         raise UnknownRun(run_id)
 
 
 def check_text(value: object, name: str) -> None:
-    """Refuse a string to be written that is no UTF-8 (`StoreError` naming `name`).
+    """Refuse a string to be written that is no UTF-8 or holds a NUL (`StoreError` naming `name`).
 
-    Anything else (None, ASCII, valid text, a value of another type) passes: the other
-    checks of the argument are its method's.
+    The arguments checked here are kept as text columns, and PostgreSQL text holds no NUL
+    (memory and sqlite would keep it): refused on every store alike. Anything else (None,
+    valid text without a NUL, a value of another type) passes: the other checks of the
+    argument are its method's. A NUL inside a value the run produces (a tool result, a
+    model answer) is kept: it is stored as JSON, escaped.
     """
-    if not isinstance(value, str) or value.isascii():
+    if not isinstance(value, str):
+        return
+    if "\x00" in value:
+        at = value.index("\x00")
+        raise StoreError(
+            f"{name} {_shown(value, at)} holds a NUL character (at character {at}), which "
+            "PostgreSQL text cannot keep; nothing was written; remove it "
+            "(text.replace('\\x00', ''))"
+        )
+    if value.isascii():
         return
     bad = utf8_error(value)
     if bad is None:
@@ -98,14 +120,14 @@ def check_start(
 
 
 def _all_ascii(*values: object) -> bool:
-    """Whether each value is None or ASCII text (a `(key, value)` pair: both of them)."""
+    """Whether each value is None or ASCII text without a NUL (a `(key, value)` pair: both)."""
     for value in values:
         if value is None:
             continue
         if type(value) is tuple:
             if not _all_ascii(*value):
                 return False
-        elif type(value) is not str or not value.isascii():
+        elif type(value) is not str or not value.isascii() or "\x00" in value:
             return False
     return True
 

@@ -83,10 +83,17 @@ def journal_from_row(row: Row) -> JournalEntry:
     )
 
 
-def journal_json(run_id: str, drafts: Sequence[JournalDraft]) -> str | None:
-    """A commit's journal drafts as the JSON array the stores insert, or None for none."""
+def journal_json(
+    run_id: str, drafts: Sequence[JournalDraft], *, as_text: bool = False
+) -> str | None:
+    """A commit's journal drafts as the JSON array the stores insert, or None for none.
+
+    `as_text`: each payload as a JSON string holding its JSON text (what Postgres reads when
+    a payload holds a NUL, see `postgres.connection.recordset`).
+    """
     if not drafts:
         return None
+    what = f"the journal of run {run_id}"
     return encode_json(
         [
             {
@@ -96,11 +103,11 @@ def journal_json(run_id: str, drafts: Sequence[JournalDraft]) -> str | None:
                 "ts": d.ts,
                 "attempt_id": d.attempt_id,
                 "execution_key": d.execution_key,
-                "payload": d.payload,
+                "payload": encode_json(d.payload, what) if as_text else d.payload,
             }
             for d in drafts
         ],
-        f"the journal of run {run_id}",
+        what,
     )
 
 
@@ -161,10 +168,16 @@ def list_runs_query(
     return query, params
 
 
-def approvals_json_of(run_id: str, approvals: Sequence[NewApproval]) -> str | None:
-    """A commit's new approval requests as the JSON array the stores insert, or None."""
+def approvals_json_of(
+    run_id: str, approvals: Sequence[NewApproval], *, as_text: bool = False
+) -> str | None:
+    """A commit's new approval requests as the JSON array the stores insert, or None.
+
+    `as_text`: `args` and `approvers` as JSON strings of their JSON text (see `journal_json`).
+    """
     if not approvals:
         return None
+    what = f"approval requests of run {run_id}"
     return encode_json(
         [
             {
@@ -172,15 +185,15 @@ def approvals_json_of(run_id: str, approvals: Sequence[NewApproval]) -> str | No
                 "execution_key": a.execution_key,
                 "args_digest": a.args_digest,
                 "tool": a.tool,
-                "args": a.args,
+                "args": encode_json(a.args, what) if as_text else a.args,
                 "rule_id": a.rule_id,
-                "approvers": a.approvers,
+                "approvers": encode_json(a.approvers, what) if as_text else a.approvers,
                 "requested_by": a.requested_by,
                 "self_approve": bool(a.self_approve),
             }
             for a in approvals
         ],
-        f"approval requests of run {run_id}",
+        what,
     )
 
 

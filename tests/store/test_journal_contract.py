@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from pytest_harness.errors import StoreError, UnknownRun
-from pytest_harness.store import JournalDraft, Store, StoredArtifact
+from pytest_harness.store import EventDraft, JournalDraft, Store, StoredArtifact
 
 from .test_contract import new_approval, new_run
 
@@ -116,3 +116,53 @@ async def test_artifacts_are_kept_by_sha256_once(store: Store) -> None:
     assert await store.artifact("0" * 64) is None
     with pytest.raises(StoreError, match="hash"):
         await store.put_artifact(StoredArtifact(sha256="0" * 64, media_type="a/b", data=b"x"))
+
+
+async def test_a_nul_in_any_payload_round_trips_exactly(store: Store) -> None:
+    """Text with a NUL (a tool that read a binary file) is kept as JSON on every store.
+
+    Postgres parses a `json_to_recordset` array into text, and text holds no NUL: before, such
+    a commit failed with `unsupported Unicode escape sequence` and left its run `running`.
+    The escaped-backslash text beside it (`"\\u0000"` as six characters) stays what it was.
+    """
+    odd = {"note": "a\x00b", "six": "\\u0000", "both": "\\\x00", "list": ["\x00"]}
+    first = entry("run.started", step=0, payload=odd)
+    record, _ = await store.create_run(
+        new_run(record=True, state=odd, events=[EventDraft("e", odd)], journal=[first])
+    )
+    approval = new_approval(args=odd, approvers=("fin\x00ance",))
+    await store.commit(
+        record.run_id,
+        0,
+        status="awaiting_approval",
+        state={"s": odd},
+        events=[EventDraft("f", odd), EventDraft("plain", {"n": 1})],
+        approvals=[approval],
+        journal=[entry(payload=odd), entry(payload={"n": 2})],
+    )
+    await store.decide_approval(
+        record.run_id,
+        approval.approval_id,
+        decision="approve",
+        approver="fiona",
+        approver_roles=("finance",),
+        reason=None,
+        event=EventDraft("approved", odd),
+        journal=entry("approval.answered", payload=odd),
+    )
+    got = await store.get_run(record.run_id)
+    assert got.state == {"s": odd}
+    assert [(e.kind, e.data) for e in await store.events(record.run_id)] == [
+        ("e", odd),
+        ("f", odd),
+        ("plain", {"n": 1}),
+        ("approved", odd),
+    ]
+    assert [e.payload for e in await store.journal(record.run_id)] == [
+        odd,
+        odd,
+        {"n": 2},
+        odd,
+    ]
+    (row,) = await store.approvals(record.run_id)
+    assert (row.args, row.approvers, row.status) == (odd, ("fin\x00ance",), "approve")
