@@ -263,11 +263,22 @@ class OnlineEvals:
                 grader=g.grader,
                 score=g.score,
                 passed=g.passed,
-                detail=g.detail,
-                error=g.error,
+                detail=_shown(g.detail),
+                error=_shown(g.error),
                 created_at=now,
             )
             for g in grades
         ]
         await self.store.add_samples(samples)
         return samples
+
+
+def _shown(text: str | None) -> str | None:
+    r"""A sample's `detail` or `error` with each NUL written `\x00`, as on every store.
+
+    Both are text columns, and PostgreSQL text holds no NUL: a grader whose message quotes
+    one (a run output with a NUL, an exception's text) would lose its sample there.
+    """
+    if text is None or "\x00" not in text:
+        return text
+    return text.replace("\x00", "\\x00")

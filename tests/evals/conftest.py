@@ -37,6 +37,10 @@ def broken(result):
     raise RuntimeError("the grader broke")
 
 
+def nul_broken(result):
+    raise RuntimeError("the output has a NUL: \\x00")
+
+
 async def slow(result):
     await asyncio.sleep(0.3)
     return True

@@ -93,6 +93,25 @@ async def test_a_failing_grader_does_not_change_the_run(evals_app: EvalsApp) -> 
     assert samples["polite"].passed
 
 
+@pytest.mark.parametrize("store", ["memory", "postgres"])
+async def test_a_grader_message_with_a_nul_is_stored_with_it_escaped(
+    evals_app: EvalsApp, store: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL text holds no NUL: the sample was lost there (logged), kept elsewhere."""
+    state = "{use: memory}"
+    if store == "postgres":
+        monkeypatch.setenv("HARNESS_TEST_DSN", request.getfixturevalue("pg_dsn"))
+        schema = request.getfixturevalue("pg_schema")
+        state = f"{{use: postgres, dsn_env: HARNESS_TEST_DSN, schema: {schema}}}"
+    grader = "- {id: nul, check: callable, call: '{module}:nul_broken'}"
+    async with ph.load(evals_app.write(grader, state=state)) as harness:
+        await harness.run("orders", "Where is order A-1?", principal="ann")
+        await harness.flush_evals()
+        (sample,) = await harness.samples()
+    assert sample.error == "RuntimeError: the output has a NUL: \\x00"
+    assert sample.score is None and not sample.passed
+
+
 async def test_aclose_waits_for_pending_grades(evals_app: EvalsApp) -> None:
     path = evals_app.write(
         "- {id: slow, check: callable, call: '{module}:slow'}",
