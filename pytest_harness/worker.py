@@ -19,6 +19,12 @@ Every event is one JSON object per line on stderr (`worker_started`, `run_claime
 `worker_stopped`), with `ts`, `worker` (the lease owner id) and, per run, `run_id`, `task` and
 `status`.
 
+A run whose drive fails (`run_error`, with `retry_in`) is not claimed again for a lease, then
+twice that after each further failure (at most `MAX_HOLD_BACK` seconds), so the runs after it
+are driven meanwhile: claims take the oldest run first, and a run that fails every time would
+otherwise be the only one this worker ever claims. A store that cannot be read at all makes
+the worker wait `idle` seconds before asking again.
+
 It works on every store that several processes can share: sqlite (one host) and postgres.
 """
 
@@ -41,7 +47,7 @@ if TYPE_CHECKING:
     from pytest_harness.runtime.harness import Harness
     from pytest_harness.store.base import RunRecord
 
-__all__ = ["Worker", "WorkerStats", "add_worker_command", "json_log", "run_worker"]
+__all__ = ["MAX_HOLD_BACK", "Worker", "WorkerStats", "add_worker_command", "json_log", "run_worker"]
 
 Log = Callable[[str, Mapping[str, Any]], None]
 
@@ -60,6 +66,10 @@ def json_log(stream: TextIO | None = None) -> Log:
         out.flush()
 
     return log
+
+
+MAX_HOLD_BACK = 600.0
+"""The longest a worker waits before it claims again a run whose drives keep failing."""
 
 
 @dataclass(slots=True)
@@ -111,6 +121,10 @@ class Worker:
         self._loops: asyncio.Future[list[None]] | None = None
         self.forced = False
         """Whether `stop_now()` cancelled the drives (a second signal)."""
+        self._held: dict[str, float] = {}
+        """Run id -> until when (monotonic) it is not claimed: its last drive failed."""
+        self._failures: dict[str, int] = {}
+        """Run id -> how many drives of it failed in a row."""
 
     @property
     def stopping(self) -> bool:
@@ -204,7 +218,9 @@ class Worker:
             claimed: list[RunRecord] = []
             started = time.monotonic()
             try:
-                result = await self.harness.recover_next(on_claim=self._on_claim(claimed))
+                result = await self.harness.recover_next(
+                    skip=self._held_back(), on_claim=self._on_claim(claimed)
+                )
             except DriveStopped as stopped:
                 self.stats.released += 1
                 self._emit("run_released", {"run_id": stopped.run_id, "status": "running"})
@@ -212,11 +228,18 @@ class Worker:
             except HarnessError as exc:
                 self.stats.errors += 1
                 fields: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
-                if claimed:
-                    fields = {"run_id": claimed[0].run_id, "task": claimed[0].task, **fields}
-                self._emit("run_error", fields)
-                await self._pause()
+                if not claimed:  # the store itself failed: wait before asking it again
+                    self._emit("run_error", fields)
+                    await self._pause()
+                    continue
+                run = claimed[0]
+                wait = self._hold_back(run.run_id)
+                where = {"run_id": run.run_id, "task": run.task}
+                self._emit("run_error", {**where, **fields, "retry_in": wait})
                 continue
+            if result is not None:
+                self._failures.pop(result.run_id, None)
+                self._held.pop(result.run_id, None)
             if result is None:
                 if self.exit_when_idle:
                     return
@@ -233,6 +256,29 @@ class Worker:
                     "seconds": round(time.monotonic() - started, 3),
                 },
             )
+
+    def _held_back(self) -> set[str]:
+        """The runs whose last drive failed, until their wait is over (`_hold_back`)."""
+        now = time.monotonic()
+        for run_id in [r for r, until in self._held.items() if until <= now]:
+            del self._held[run_id]
+        return set(self._held)
+
+    def _hold_back(self, run_id: str) -> float:
+        """Skip a run whose drive failed for a while, longer each time it fails again.
+
+        Claims take the oldest run first: a run whose every drive fails (a value its store
+        refuses, a journal that cannot be written) would be claimed again at once, and the
+        runs after it would wait forever. It waits a lease, doubled at each failure up to
+        `MAX_HOLD_BACK` seconds, while the worker drives the others; then it is tried again
+        (what failed may have been transient). Seconds it waits.
+        """
+        failures = self._failures.get(run_id, 0) + 1
+        self._failures[run_id] = failures
+        lease = self.harness.spec.document.state.lease
+        wait = min(MAX_HOLD_BACK, float(lease) * 2.0 ** min(failures - 1, 30))
+        self._held[run_id] = time.monotonic() + wait
+        return wait
 
     async def _pause(self) -> None:
         """Wait `idle` seconds, or less if the worker is stopped meanwhile."""

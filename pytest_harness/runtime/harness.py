@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_harness.errors import HarnessError
 from pytest_harness.principal import Principal
 from pytest_harness.runtime.arguments import known_run, storable
 from pytest_harness.runtime.events import follow
@@ -160,15 +161,43 @@ class Harness(HarnessControl):
         LOCKED` on Postgres) and each is continued from its last committed boundary. Returns
         the results of the runs this harness drove, and only those: over several workers
         recovering at once, each run appears in exactly one of their results.
+
+        A run whose drive fails (a `HarnessError`: its store refuses a write, its journal
+        cannot be written) does not stop the others: each is tried once, and once every other
+        run is driven, the first such error is raised, with a note naming every run that
+        failed and how many were recovered. The failed runs stay `running` for a later
+        `recover()`. `DriveStopped` (after `stop_driving()`) is no `HarnessError`: raised at once.
         """
         results: list[RunResult] = []
         tried: set[str] = set()
+        failed: dict[str, HarnessError] = {}
+        claimed: list[str] = []
+
+        def note(record: RunRecord) -> None:
+            claimed.append(record.run_id)
+
         while True:
-            result = await self.recover_next(skip=tried)
+            claimed.clear()
+            try:
+                result = await self.recover_next(skip=tried, on_claim=note)
+            except HarnessError as exc:
+                if not claimed:
+                    raise  # the store itself: nothing was claimed
+                tried.add(claimed[0])
+                failed[claimed[0]] = exc
+                continue
             if result is None:
-                return results
+                break
             tried.add(result.run_id)
             results.append(result)
+        if failed:
+            first = next(iter(failed.values()))
+            first.add_note(
+                f"recover(): {len(failed)} run(s) could not be driven and stay running "
+                f"({', '.join(failed)}); {len(results)} other run(s) were recovered"
+            )
+            raise first
+        return results
 
     async def recover_next(
         self,
