@@ -127,6 +127,11 @@ class Worker:
         """Run id -> how many drives of it failed in a row."""
 
     @property
+    def held_back(self) -> set[str]:
+        """The runs not claimed now because their last drive here failed (`run_error`)."""
+        return self._held_back()
+
+    @property
     def stopping(self) -> bool:
         """Whether `stop()` was called."""
         return self._stop.is_set()
@@ -258,11 +263,16 @@ class Worker:
             )
 
     def _held_back(self) -> set[str]:
-        """The runs whose last drive failed, until their wait is over (`_hold_back`)."""
+        """The runs whose last drive failed, until their wait is over (`_hold_back`).
+
+        A run quiet for `MAX_HOLD_BACK` seconds after its wait (driven by another worker,
+        cancelled, or mended) is forgotten, so the failure counts stay bounded.
+        """
         now = time.monotonic()
-        for run_id in [r for r, until in self._held.items() if until <= now]:
+        for run_id in [r for r, until in self._held.items() if until + MAX_HOLD_BACK <= now]:
             del self._held[run_id]
-        return set(self._held)
+            self._failures.pop(run_id, None)
+        return {run_id for run_id, until in self._held.items() if until > now}
 
     def _hold_back(self, run_id: str) -> float:
         """Skip a run whose drive failed for a while, longer each time it fails again.
@@ -341,7 +351,11 @@ def add_worker_command(
 
 
 async def run_worker(harness: Harness, args: argparse.Namespace) -> int:
-    """Serve until SIGTERM or SIGINT; the exit code (0, or 1 when a second signal forced it)."""
+    """Serve until SIGTERM or SIGINT; the exit code.
+
+    0, or 1 when a second signal forced it or, with `--exit-when-idle`, when runs whose drive
+    failed were left held back (`run_error`): the batch did not drive them.
+    """
     if harness.spec.document.execution.use == "temporal":
         from pytest_harness.temporal.worker import serve
 
@@ -353,7 +367,9 @@ async def run_worker(harness: Harness, args: argparse.Namespace) -> int:
         exit_when_idle=args.exit_when_idle,
     )
     await worker.serve()
-    return 1 if worker.forced else 0
+    if worker.forced or (args.exit_when_idle and worker.held_back):
+        return 1
+    return 0
 
 
 def _positive_int(value: str) -> int:

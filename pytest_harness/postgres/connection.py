@@ -29,6 +29,7 @@ from pytest_harness.postgres.listen import Listener
 from pytest_harness.postgres.migrate import check_version, latest_version, migrate
 from pytest_harness.postgres.sqltext import ACQUIRE, RELEASE, RENEW
 from pytest_harness.store.base import EventDraft, encode_json
+from pytest_harness.store.rows import JsonField, nested_or_text
 from pytest_harness.store.sql_base import SQLStoreBase
 
 __all__ = ["PostgresConnection", "redact_dsn"]
@@ -54,36 +55,37 @@ def _text(value: str) -> str:
     return value if type(value) is str else str.__str__(value)
 
 
-def _events_json(events: Sequence[EventDraft], what: str, *, as_text: bool = False) -> str | None:
-    """Events as the JSON array `sqltext` reads; `as_text`: each `data` as its JSON text."""
+def _events_json(
+    events: Sequence[EventDraft], what: str, *, field: JsonField = nested_or_text
+) -> str | None:
+    """Events as the JSON array `sqltext` reads; `field` writes each `data`."""
     if not events:
         return None
-    return encode_json(
-        [
-            {"kind": e.kind, "data": encode_json(e.data, what) if as_text else e.data}
-            for e in events
-        ],
-        what,
-    )
+    return encode_json([{"kind": e.kind, "data": field(e.data, what)} for e in events], what)
 
 
 _NUL = "\\u0000"
 """A NUL as JSON escapes it: Postgres's JSON parser refuses it where it builds text."""
 
 
+def _text_of(value: Any, what: str) -> str:
+    """Any JSON value as a string of its JSON text."""
+    return encode_json(value, what)
+
+
 def recordset(build: Callable[..., str | None], *args: Any) -> str | None:
-    r"""`build(*args)`: a JSON array for `json_to_recordset`, its JSON fields as text if needed.
+    r"""`build(*args)`: a JSON array for `json_to_recordset`, its JSON fields read as text.
 
     Postgres parses every string of the array into text, and text holds no NUL: an array in
-    which a payload has one (`\u0000`) fails the whole statement, so a tool result or a
+    which a payload has one (`\u0000`) would fail the whole statement, so a tool result or a
     model answer with a NUL, which memory and sqlite keep, would stop the run at its commit.
-    Such an array is built again with `as_text=True`: each JSON field a string of its JSON
-    text, in which the NUL is an escaped backslash and `u0000`, and `sqltext` reads it back
-    as that text. The usual array pays one substring search.
+    Such an array is built again with every JSON field a string of its JSON text, in which
+    the NUL is an escaped backslash and `u0000`, and `sqltext` reads it back as that text.
+    The usual array pays one substring search.
     """
     text = build(*args)
     if text is not None and _NUL in text:
-        return build(*args, as_text=True)
+        return build(*args, field=_text_of)
     return text
 
 

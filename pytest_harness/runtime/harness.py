@@ -181,21 +181,22 @@ class Harness(HarnessControl):
             try:
                 result = await self.recover_next(skip=tried, on_claim=note)
             except HarnessError as exc:
-                if not claimed:
-                    raise  # the store itself: nothing was claimed
+                if not claimed:  # the store itself: nothing was claimed
+                    _note_failed(exc, failed, results)
+                    raise
                 tried.add(claimed[0])
                 failed[claimed[0]] = exc
                 continue
+            except BaseException as exc:  # DriveStopped, a cancellation: at once
+                _note_failed(exc, failed, results)
+                raise
             if result is None:
                 break
             tried.add(result.run_id)
             results.append(result)
         if failed:
             first = next(iter(failed.values()))
-            first.add_note(
-                f"recover(): {len(failed)} run(s) could not be driven and stay running "
-                f"({', '.join(failed)}); {len(results)} other run(s) were recovered"
-            )
+            _note_failed(first, failed, results)
             raise first
         return results
 
@@ -369,3 +370,14 @@ def _moment(since: datetime | timedelta | float | None) -> float | None:
     raise TypeError(
         f"since must be a datetime, a timedelta or a number, not {type(since).__name__}"
     )
+
+
+def _note_failed(
+    exc: BaseException, failed: Mapping[str, HarnessError], results: list[RunResult]
+) -> None:
+    """Say on `exc` which runs `recover()` could not drive so far, and how many it did."""
+    if failed:
+        exc.add_note(
+            f"recover(): {len(failed)} run(s) could not be driven and stay running "
+            f"({', '.join(failed)}); {len(results)} other run(s) were recovered"
+        )

@@ -7,7 +7,7 @@ drafts as the same JSON, so one decoding serves both.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_harness.store.base import (
@@ -24,12 +24,14 @@ from pytest_harness.store.base import (
 __all__ = [
     "APPROVAL_COLUMNS",
     "JOURNAL_COLUMNS",
+    "JsonField",
     "Row",
     "approval_from_row",
     "approvals_json_of",
     "journal_from_row",
     "journal_json",
     "list_runs_query",
+    "nested_or_text",
     "record_from_row",
     "sample_from_row",
     "samples_query",
@@ -83,13 +85,30 @@ def journal_from_row(row: Row) -> JournalEntry:
     )
 
 
+JsonField = Callable[[Any, str], Any]
+"""How a builder writes a JSON field of its array: given the value and what it is of."""
+
+
+def nested_or_text(value: Any, what: str) -> Any:
+    """An object or array as itself, nested in the array; any other value as its JSON text.
+
+    The stores read these fields back as text (`json_extract` on sqlite, `text` columns of
+    `json_to_recordset` on Postgres): an object or array comes back as its JSON text, but a
+    bare string would come back without its quotes and a null as SQL NULL, so those travel
+    as a JSON string holding their text.
+    """
+    if isinstance(value, Mapping | list | tuple):
+        return value
+    return encode_json(value, what)
+
+
 def journal_json(
-    run_id: str, drafts: Sequence[JournalDraft], *, as_text: bool = False
+    run_id: str, drafts: Sequence[JournalDraft], *, field: JsonField = nested_or_text
 ) -> str | None:
     """A commit's journal drafts as the JSON array the stores insert, or None for none.
 
-    `as_text`: each payload as a JSON string holding its JSON text (what Postgres reads when
-    a payload holds a NUL, see `postgres.connection.recordset`).
+    `field` writes each payload: `nested_or_text`, or every one as a string of its JSON text
+    (what `postgres.connection.recordset` sends for an array with a NUL).
     """
     if not drafts:
         return None
@@ -103,7 +122,7 @@ def journal_json(
                 "ts": d.ts,
                 "attempt_id": d.attempt_id,
                 "execution_key": d.execution_key,
-                "payload": encode_json(d.payload, what) if as_text else d.payload,
+                "payload": field(d.payload, what),
             }
             for d in drafts
         ],
@@ -169,11 +188,11 @@ def list_runs_query(
 
 
 def approvals_json_of(
-    run_id: str, approvals: Sequence[NewApproval], *, as_text: bool = False
+    run_id: str, approvals: Sequence[NewApproval], *, field: JsonField = nested_or_text
 ) -> str | None:
     """A commit's new approval requests as the JSON array the stores insert, or None.
 
-    `as_text`: `args` and `approvers` as JSON strings of their JSON text (see `journal_json`).
+    `field` writes `args` and `approvers` (see `journal_json`).
     """
     if not approvals:
         return None
@@ -185,9 +204,9 @@ def approvals_json_of(
                 "execution_key": a.execution_key,
                 "args_digest": a.args_digest,
                 "tool": a.tool,
-                "args": encode_json(a.args, what) if as_text else a.args,
+                "args": field(a.args, what),
                 "rule_id": a.rule_id,
-                "approvers": encode_json(a.approvers, what) if as_text else a.approvers,
+                "approvers": field(a.approvers, what),
                 "requested_by": a.requested_by,
                 "self_approve": bool(a.self_approve),
             }

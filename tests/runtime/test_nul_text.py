@@ -91,6 +91,10 @@ NUL_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {
     "tenant": ({"tenant": "\x00acme"}, "tenant '\\x00acme' holds a NUL character (at character 0)"),
     "label": ({"labels": {"team": "d\x00"}}, "labels['team'] 'd\\x00' holds a NUL character"),
     "principal": ({"principal": "ann\x00"}, "principal id 'ann\\x00' holds a NUL character"),
+    "idempotency_key": (
+        {"idempotency_key": "k\x00"},
+        "idempotency_key 'k\\x00' holds a NUL character (at character 1)",
+    ),
 }
 
 
@@ -108,3 +112,16 @@ async def test_an_argument_with_a_nul_is_refused_on_every_store_and_writes_nothi
         assert "nothing was written" in str(caught.value)
         assert await harness.runs() == []
         assert await harness.runs(task="t\x00") == []
+
+
+async def test_an_answer_with_a_nul_is_refused_on_every_store_and_writes_nothing(
+    spec: Path,
+) -> None:
+    async with ph.load(spec) as harness:
+        run = await harness.run("t", "read it", principal="ann")
+        before = [e.cursor for e in await harness.store.events(run.run_id)]
+        with pytest.raises(StoreError, match=r"^reason 'no\\x00' holds a NUL character"):
+            await harness.approve(run.run_id, "apr_1", "decline", approver="fiona", reason="no\x00")
+        with pytest.raises(StoreError, match=r"^resolver id 'op\\x00' holds a NUL character"):
+            await harness.resolve(run.run_id, "exk_1", abort=True, resolver="op\x00")
+        assert [e.cursor for e in await harness.store.events(run.run_id)] == before

@@ -9,6 +9,9 @@ back for a lease (doubled at each failure) while it drives the rest.
 
 from __future__ import annotations
 
+import argparse
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import pytest
 
 import pytest_harness as ph
 from pytest_harness.store import SQLiteStore
-from pytest_harness.worker import MAX_HOLD_BACK, Worker
+from pytest_harness.worker import MAX_HOLD_BACK, Worker, run_worker
 
 pytestmark = pytest.mark.asyncio
 
@@ -40,6 +43,15 @@ class RefusingStore(SQLiteStore):
         super().__init__(path)
         self.everything = True
         self.runs: set[str] = set()
+        self.claims_left: int | None = None
+        """How many more claims succeed (None: all); then the store is down."""
+
+    async def claim_run(self, *args: Any, **kwargs: Any) -> Any:
+        if self.claims_left is not None:
+            if self.claims_left <= 0:
+                raise ph.StoreError("cannot claim a run: the database is down (injected)")
+            self.claims_left -= 1
+        return await super().claim_run(*args, **kwargs)
 
     async def commit(self, run_id: str, token: int, **kwargs: Any) -> Any:
         if self.everything or run_id in self.runs:
@@ -81,6 +93,20 @@ async def test_recover_drives_the_others_and_then_raises_naming_the_failed_run(
         assert await harness.recover() == []
 
 
+async def test_a_store_that_fails_after_a_run_failed_still_names_that_run(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "harness.yaml").write_text(SPEC)
+    store = RefusingStore(tmp_path / "state.db")
+    async with ph.load(tmp_path / "harness.yaml", store=store) as harness:
+        poisoned, _ = await interrupted(harness, store, 2)
+        store.claims_left = 1  # the poisoned run is claimed, then the database goes down
+        with pytest.raises(ph.StoreError, match="the database is down") as caught:
+            await harness.recover()
+        (note,) = caught.value.__notes__
+        assert f"could not be driven and stay running ({poisoned})" in note
+
+
 async def test_a_worker_holds_a_failing_run_back_and_drives_the_others(tmp_path: Path) -> None:
     (tmp_path / "harness.yaml").write_text(SPEC)
     store = RefusingStore(tmp_path / "state.db")
@@ -98,6 +124,22 @@ async def test_a_worker_holds_a_failing_run_back_and_drives_the_others(tmp_path:
         (poisoned, "RecordingError", 2.0)
     ]
     assert stats.errors == 1 and stats.statuses == {"completed": 2}
+    assert worker.held_back == {poisoned}
+
+
+async def test_a_batch_worker_that_left_a_run_held_back_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "harness.yaml").write_text(SPEC)
+    store = RefusingStore(tmp_path / "state.db")
+    async with ph.load(tmp_path / "harness.yaml", store=store) as harness:
+        poisoned, _ = await interrupted(harness, store, 2)
+        args = argparse.Namespace(concurrency=1, idle=1.0, exit_when_idle=True, accept=[])
+        assert await run_worker(harness, args) == 1
+        store.runs.clear()
+        assert await run_worker(harness, args) == 0  # its wait is not over: nothing claimed
+    said = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [e["run_id"] for e in said if e["event"] == "run_error"] == [poisoned]
 
 
 async def test_the_hold_back_doubles_at_each_failure_up_to_its_cap(tmp_path: Path) -> None:
@@ -108,5 +150,9 @@ async def test_the_hold_back_doubles_at_each_failure_up_to_its_cap(tmp_path: Pat
         assert waits[:4] == [2.0, 4.0, 8.0, 16.0]
         assert waits[-1] == MAX_HOLD_BACK and max(waits) == MAX_HOLD_BACK
         assert worker._held_back() == {"run_x"}
-        worker._held["run_x"] = 0.0  # its wait is over
+        worker._held["run_x"] = time.monotonic() - 1  # its wait is over
         assert worker._held_back() == set()
+        assert worker._failures == {"run_x": 12}  # it fails again: the wait goes on doubling
+        worker._held["run_x"] = time.monotonic() - MAX_HOLD_BACK  # quiet since: forgotten
+        assert worker._held_back() == set()
+        assert worker._failures == {} and worker._held == {}

@@ -166,3 +166,29 @@ async def test_a_nul_in_any_payload_round_trips_exactly(store: Store) -> None:
     ]
     (row,) = await store.approvals(record.run_id)
     assert (row.args, row.approvers, row.status) == (odd, ("fin\x00ance",), "approve")
+
+
+@pytest.mark.parametrize("payload", ["hello", None, 1.5, [1, "two"], {"k": "v"}], ids=repr)
+async def test_any_json_value_as_a_payload_round_trips(store: Store, payload: object) -> None:
+    """The store API types payloads as mappings, but any JSON value comes back as written.
+
+    Postgres reads these fields as text: a bare string came back without its quotes (and
+    then failed to decode), a null as SQL NULL, unless written as the string of its text.
+    """
+    record, _ = await store.create_run(
+        new_run(
+            record=True,
+            events=[EventDraft("e", payload)],  # type: ignore[arg-type]
+            journal=[entry(payload=payload)],
+        )
+    )
+    await store.commit(
+        record.run_id,
+        0,
+        status="running",
+        state={},
+        events=[EventDraft("f", payload)],  # type: ignore[arg-type]
+        journal=[entry(payload=payload)],
+    )
+    assert [e.data for e in await store.events(record.run_id)] == [payload, payload]
+    assert [e.payload for e in await store.journal(record.run_id)] == [payload, payload]
