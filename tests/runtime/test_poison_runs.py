@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 import pytest_harness as ph
 from pytest_harness.store import SQLiteStore
@@ -59,87 +62,94 @@ class RefusingStore(SQLiteStore):
         return await super().commit(run_id, token, **kwargs)
 
 
-async def interrupted(harness: ph.Harness, store: RefusingStore, count: int) -> list[str]:
-    """`count` runs left `running` by a failed first commit, oldest first; the oldest poisoned."""
-    for n in range(count):
-        with pytest.raises(ph.RecordingError):
-            await harness.run("t", f"run {n}", principal="ann")
-    runs = sorted(await store.list_runs(), key=lambda r: r.created_at)
-    assert [r.status for r in runs] == ["running"] * count
-    assert all(r.lease_owner is None for r in runs)  # released: claimable at once
-    store.everything = False
-    store.runs = {runs[0].run_id}
-    return [r.run_id for r in runs]
+@dataclass
+class Poisoned:
+    """Three runs left `running` by a failed first commit, oldest first; the oldest poisoned."""
+
+    harness: ph.Harness
+    store: RefusingStore
+    run_ids: list[str]
+
+    @property
+    def poisoned(self) -> str:
+        return self.run_ids[0]
+
+    async def statuses(self) -> dict[str, str]:
+        return {r.run_id: r.status for r in await self.store.list_runs()}
+
+
+@pytest_asyncio.fixture
+async def runs(tmp_path: Path) -> AsyncIterator[Poisoned]:
+    (tmp_path / "harness.yaml").write_text(SPEC)
+    store = RefusingStore(tmp_path / "state.db")
+    async with ph.load(tmp_path / "harness.yaml", store=store) as harness:
+        for n in range(3):
+            with pytest.raises(ph.RecordingError):
+                await harness.run("t", f"run {n}", principal="ann")
+        left = sorted(await store.list_runs(), key=lambda r: r.created_at)
+        assert [r.status for r in left] == ["running"] * 3
+        assert all(r.lease_owner is None for r in left)  # released: claimable at once
+        store.everything = False
+        store.runs = {left[0].run_id}
+        yield Poisoned(harness, store, [r.run_id for r in left])
 
 
 async def test_recover_drives_the_others_and_then_raises_naming_the_failed_run(
-    tmp_path: Path,
+    runs: Poisoned,
 ) -> None:
-    (tmp_path / "harness.yaml").write_text(SPEC)
-    store = RefusingStore(tmp_path / "state.db")
-    async with ph.load(tmp_path / "harness.yaml", store=store) as harness:
-        poisoned, *others = await interrupted(harness, store, 3)
-        with pytest.raises(ph.RecordingError) as caught:
-            await harness.recover()
-        assert poisoned in str(caught.value)
-        (note,) = caught.value.__notes__
-        assert f"1 run(s) could not be driven and stay running ({poisoned})" in note
-        assert "2 other run(s) were recovered" in note
-        statuses = {r.run_id: r.status for r in await store.list_runs()}
-        assert statuses == {poisoned: "running", **dict.fromkeys(others, "completed")}
-        store.runs.clear()  # what failed is mended: the next recover() drives it
-        (again,) = await harness.recover()
-        assert (again.run_id, again.status) == (poisoned, ph.RunStatus.COMPLETED)
-        assert await harness.recover() == []
+    with pytest.raises(ph.RecordingError) as caught:
+        await runs.harness.recover()
+    assert runs.poisoned in str(caught.value)
+    (note,) = caught.value.__notes__
+    assert f"1 run(s) could not be driven and stay running ({runs.poisoned})" in note
+    assert "2 other run(s) were recovered" in note
+    assert await runs.statuses() == {
+        runs.poisoned: "running",
+        **dict.fromkeys(runs.run_ids[1:], "completed"),
+    }
+    runs.store.runs.clear()  # what failed is mended: the next recover() drives it
+    (again,) = await runs.harness.recover()
+    assert (again.run_id, again.status) == (runs.poisoned, ph.RunStatus.COMPLETED)
+    assert await runs.harness.recover() == []
 
 
-async def test_a_store_that_fails_after_a_run_failed_still_names_that_run(
-    tmp_path: Path,
-) -> None:
-    (tmp_path / "harness.yaml").write_text(SPEC)
-    store = RefusingStore(tmp_path / "state.db")
-    async with ph.load(tmp_path / "harness.yaml", store=store) as harness:
-        poisoned, _ = await interrupted(harness, store, 2)
-        store.claims_left = 1  # the poisoned run is claimed, then the database goes down
-        with pytest.raises(ph.StoreError, match="the database is down") as caught:
-            await harness.recover()
-        (note,) = caught.value.__notes__
-        assert f"could not be driven and stay running ({poisoned})" in note
+async def test_a_store_that_fails_after_a_run_failed_still_names_that_run(runs: Poisoned) -> None:
+    runs.store.claims_left = 1  # the poisoned run is claimed, then the database goes down
+    with pytest.raises(ph.StoreError, match="the database is down") as caught:
+        await runs.harness.recover()
+    (note,) = caught.value.__notes__
+    assert f"could not be driven and stay running ({runs.poisoned})" in note
+    assert "0 other run(s) were recovered" in note
 
 
-async def test_a_worker_holds_a_failing_run_back_and_drives_the_others(tmp_path: Path) -> None:
-    (tmp_path / "harness.yaml").write_text(SPEC)
-    store = RefusingStore(tmp_path / "state.db")
+async def test_a_worker_holds_a_failing_run_back_and_drives_the_others(runs: Poisoned) -> None:
     lines: list[tuple[str, dict[str, Any]]] = []
-    async with ph.load(tmp_path / "harness.yaml", store=store) as harness:
-        poisoned, *others = await interrupted(harness, store, 3)
-        worker = Worker(
-            harness, exit_when_idle=True, log=lambda event, f: lines.append((event, dict(f)))
-        )
-        stats = await worker.run()
-        statuses = {r.run_id: r.status for r in await store.list_runs()}
-    assert statuses == {poisoned: "running", **dict.fromkeys(others, "completed")}
+    worker = Worker(
+        runs.harness, exit_when_idle=True, log=lambda event, f: lines.append((event, dict(f)))
+    )
+    stats = await worker.run()
+    assert await runs.statuses() == {
+        runs.poisoned: "running",
+        **dict.fromkeys(runs.run_ids[1:], "completed"),
+    }
     errors = [fields for event, fields in lines if event == "run_error"]
     assert [(e["run_id"], e["error"], e["retry_in"]) for e in errors] == [
-        (poisoned, "RecordingError", 2.0)
+        (runs.poisoned, "RecordingError", 2.0)
     ]
     assert stats.errors == 1 and stats.statuses == {"completed": 2}
-    assert worker.held_back == {poisoned}
+    assert worker.held_back == {runs.poisoned}
 
 
 async def test_a_batch_worker_that_left_a_run_held_back_exits_1(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    runs: Poisoned, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "harness.yaml").write_text(SPEC)
-    store = RefusingStore(tmp_path / "state.db")
-    async with ph.load(tmp_path / "harness.yaml", store=store) as harness:
-        poisoned, _ = await interrupted(harness, store, 2)
-        args = argparse.Namespace(concurrency=1, idle=1.0, exit_when_idle=True, accept=[])
-        assert await run_worker(harness, args) == 1
-        store.runs.clear()
-        assert await run_worker(harness, args) == 0  # its wait is not over: nothing claimed
+    args = argparse.Namespace(concurrency=1, idle=1.0, exit_when_idle=True, accept=[])
+    assert await run_worker(runs.harness, args) == 1
     said = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
-    assert [e["run_id"] for e in said if e["event"] == "run_error"] == [poisoned]
+    assert [e["run_id"] for e in said if e["event"] == "run_error"] == [runs.poisoned]
+    runs.store.runs.clear()  # mended: the next batch drives it and exits 0
+    assert await run_worker(runs.harness, args) == 0
+    assert set((await runs.statuses()).values()) == {"completed"}
 
 
 async def test_the_hold_back_doubles_at_each_failure_up_to_its_cap(tmp_path: Path) -> None:
