@@ -242,14 +242,13 @@ class Worker:
                 where = {"run_id": run.run_id, "task": run.task}
                 self._emit("run_error", {**where, **fields, "retry_in": wait})
                 continue
-            if result is not None:
-                self._failures.pop(result.run_id, None)
-                self._held.pop(result.run_id, None)
             if result is None:
                 if self.exit_when_idle:
                     return
                 await self._pause()
                 continue
+            self._failures.pop(result.run_id, None)
+            self._held.pop(result.run_id, None)
             status = result.status.value
             self.stats.statuses[status] = self.stats.statuses.get(status, 0) + 1
             self._emit(

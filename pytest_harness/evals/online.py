@@ -263,8 +263,8 @@ class OnlineEvals:
                 grader=g.grader,
                 score=g.score,
                 passed=g.passed,
-                detail=_shown(g.detail),
-                error=_shown(g.error),
+                detail=_nul_escaped(g.detail),
+                error=_nul_escaped(g.error),
                 created_at=now,
             )
             for g in grades
@@ -273,7 +273,7 @@ class OnlineEvals:
         return samples
 
 
-def _shown(text: str | None) -> str | None:
+def _nul_escaped(text: str | None) -> str | None:
     r"""A sample's `detail` or `error` with each NUL written `\x00`, as on every store.
 
     Both are text columns, and PostgreSQL text holds no NUL: a grader whose message quotes

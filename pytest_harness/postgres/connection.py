@@ -68,11 +68,6 @@ _NUL = "\\u0000"
 """A NUL as JSON escapes it: Postgres's JSON parser refuses it where it builds text."""
 
 
-def _text_of(value: Any, what: str) -> str:
-    """Any JSON value as a string of its JSON text."""
-    return encode_json(value, what)
-
-
 def recordset(build: Callable[..., str | None], *args: Any) -> str | None:
     r"""`build(*args)`: a JSON array for `json_to_recordset`, its JSON fields read as text.
 
@@ -85,7 +80,7 @@ def recordset(build: Callable[..., str | None], *args: Any) -> str | None:
     """
     text = build(*args)
     if text is not None and _NUL in text:
-        return build(*args, field=_text_of)
+        return build(*args, field=encode_json)
     return text
 
 

@@ -11,9 +11,10 @@ in another process learns of new events without polling.
 its events and approval requests are inserted by data-modifying CTEs that read the updated row,
 so a stale token updates no row and inserts nothing. Events, journal entries and approvals
 travel as JSON arrays read by `json_to_recordset`, their JSON fields (`payload`, `data`,
-`args`, `approvers`) declared `text`: an object there comes back as its text exactly as written,
-and a JSON string (what `connection.recordset` sends when a payload holds an escaped NUL, which
-Postgres refuses to parse into text) as the text it holds.
+`args`, `approvers`) declared `text`: an object or array there comes back as its text exactly
+as written, and a JSON string as the text it holds (how `store.rows.nested_or_text` sends any
+other value, and `connection.recordset` every value of an array holding an escaped NUL, which
+Postgres refuses to parse into text).
 """
 
 from __future__ import annotations

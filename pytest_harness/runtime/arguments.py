@@ -69,8 +69,8 @@ def check_text(value: object, name: str) -> None:
     """
     if not isinstance(value, str):
         return
-    if "\x00" in value:
-        at = value.index("\x00")
+    at = value.find("\x00")
+    if at >= 0:
         raise StoreError(
             f"{name} {_shown(value, at)} holds a NUL character (at character {at}), which "
             "PostgreSQL text cannot keep; nothing was written; remove it "
